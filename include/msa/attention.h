@@ -1,0 +1,75 @@
+// Attention over the paged KV cache: sparse (MSA, spec A5) for decode and prefill rows, and
+// dense causal GQA (layers 0-2).
+#pragma once
+
+#include "msa/cache.h"
+#include "msa/tensor.h"
+
+namespace msa {
+
+// For query row t at position p of its request, q head h and KV head g = h / (Hq / Hkv):
+//   keys(t) = { j : j <= p, j < seq_len, j / block_size in Sel }      (sparse)
+//             { j : j <= p, j < seq_len }                              (dense)
+//   Sel = the non-negative ids of topk[g, t, :] (request-relative logical block ids)
+//   out[t, h]  = sum_j softmax_j(scale * <q[t, h], k_g(j)>) * v_g(j)
+//   lse[t, h]  = ln(sum_j exp(scale * <q[t, h], k_g(j)>))
+// fp8 caches are dequantised (x = float(stored) * scale per the cache's scale mode) before the
+// dot products. Blocks are accumulated in ascending block order. Rows with no keys (padded
+// rows, p < 0) give out = 0 and lse = -inf.
+
+// Decode rows: num_requests requests with exactly query_len rows each.
+struct SparseAttentionDecodeArgs {
+  int query_len = 1;           // 1..8
+  float softmax_scale = 0.0f;  // 0 = head_dim^-0.5
+  TensorView q;                // [T, Hq, D] bf16 / f16 / f32, last stride 1
+  KvCacheView kv_cache;
+  TensorView block_table;      // [num_requests, max_blocks] i32
+  TensorView seq_lens;         // [num_requests] i32 (0 = padded request)
+  TensorView topk;             // [Hkv, >= T, K] i32, ids ascending and -1 padded
+  TensorView out;              // [T, Hq, D] q's dtype or f32
+  TensorView lse;              // optional [T, Hq] f32
+  TensorView error_flags;      // optional [1] i32
+};
+
+// Prefill rows: request b owns rows [cu_seqlens_q[b], cu_seqlens_q[b+1]); rows past
+// cu_seqlens_q[B] are padding (out = 0, lse = -inf).
+struct SparseAttentionPrefillArgs {
+  float softmax_scale = 0.0f;
+  TensorView q;                // [T, Hq, D]
+  KvCacheView kv_cache;
+  TensorView block_table;      // [num_requests, max_blocks] i32
+  TensorView cu_seqlens_q;     // [num_requests + 1] i32
+  TensorView seq_lens;         // [num_requests] i32: prefix + query tokens
+  TensorView topk;             // [Hkv, >= T, K] i32 (a view starting at the first prefill row)
+  TensorView out;              // [T, Hq, D]
+  TensorView lse;              // optional [T, Hq] f32
+  TensorView error_flags;
+};
+
+// Dense causal GQA over the paged cache, rows laid out as in the prefill form (a decode batch
+// is cu_seqlens_q = [0, L, 2L, ...]).
+struct DenseAttentionArgs {
+  float softmax_scale = 0.0f;
+  TensorView q;                // [T, Hq, D]
+  KvCacheView kv_cache;
+  TensorView block_table;      // [num_requests, max_blocks] i32
+  TensorView cu_seqlens_q;     // [num_requests + 1] i32
+  TensorView seq_lens;         // [num_requests] i32
+  TensorView out;              // [T, Hq, D]
+  TensorView lse;              // optional [T, Hq] f32
+  TensorView error_flags;
+};
+
+Status check(const SparseAttentionDecodeArgs& args);
+Status workspace_size(const SparseAttentionDecodeArgs& args, size_t* bytes);
+Status run(const SparseAttentionDecodeArgs& args, Workspace workspace, Stream stream);
+
+Status check(const SparseAttentionPrefillArgs& args);
+Status workspace_size(const SparseAttentionPrefillArgs& args, size_t* bytes);
+Status run(const SparseAttentionPrefillArgs& args, Workspace workspace, Stream stream);
+
+Status check(const DenseAttentionArgs& args);
+Status workspace_size(const DenseAttentionArgs& args, size_t* bytes);
+Status run(const DenseAttentionArgs& args, Workspace workspace, Stream stream);
+
+}  // namespace msa

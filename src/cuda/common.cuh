@@ -1,0 +1,66 @@
+// Device helpers shared by the CUDA kernels: element loads/stores for every storage dtype,
+// the device error flag, and launch error reporting.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "msa/types.h"
+
+namespace msa {
+namespace cuda {
+
+// Loads element i of a 16/32/8-bit float buffer as float.
+__device__ __forceinline__ float load_as_float(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::kBF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case DType::kF16:
+      return __half2float(static_cast<const __half*>(p)[i]);
+    case DType::kE4M3: {
+      __nv_fp8_e4m3 v;
+      v.__x = static_cast<const __nv_fp8_storage_t*>(p)[i];
+      return static_cast<float>(v);
+    }
+    default:
+      return static_cast<const float*>(p)[i];
+  }
+}
+
+// Stores x rounded to nearest even; e4m3 saturates to +-448 (NaN kept).
+__device__ __forceinline__ void store_from_float(void* p, DType t, int64_t i, float x) {
+  switch (t) {
+    case DType::kBF16:
+      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(x);
+      break;
+    case DType::kF16:
+      static_cast<__half*>(p)[i] = __float2half_rn(x);
+      break;
+    case DType::kE4M3:
+      static_cast<__nv_fp8_storage_t*>(p)[i] =
+          __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+      break;
+    default:
+      static_cast<float*>(p)[i] = x;
+      break;
+  }
+}
+
+// ORs `bits` into the caller's error flag word (no-op when the caller passed none).
+__device__ __forceinline__ void raise_error(int32_t* flags, int32_t bits) {
+  if (flags != nullptr) atomicOr(flags, bits);
+}
+
+// Status for the last launch on this thread ("<kernel>: <cuda error>"), Ok when none.
+inline Status launch_status(const char* kernel) {
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return Status::Ok();
+  return Status(StatusCode::kCudaError, std::string(kernel) + ": " + cudaGetErrorString(e));
+}
+
+}  // namespace cuda
+}  // namespace msa
