@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build with the CUDA backend, run the CUDA tests, compute-sanitizer
+# memcheck and racecheck on a reduced case set, check the machine code is sm_90a, optionally the
+# benchmarks and the Python tests, and print a short summary table last.
+#
+#   scripts/gpu_check.sh [stage ...]     stages: build test sanitize sass bench python engine
+#                                        (default: build test sanitize sass)
+# Logs go to $OUT (default ./gpu_check_out). GoogleTest is taken from .gtest/ (a copy of
+# Debian's /usr/src/googletest carried to the machine) when no system GTest exists.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu_check_out}
+mkdir -p "$OUT"
+BUILD_DIR=${BUILD_DIR:-build-gpu}
+JOBS=${JOBS:-$(nproc)}
+STAGES=("$@")
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(build test sanitize sass)
+declare -a SUMMARY=()
+record() { SUMMARY+=("$(printf '%-10s %-6s %s' "$1" "$2" "$3")"); }
+has_stage() { local s; for s in "${STAGES[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv \
+  >"$OUT/gpu.txt" 2>&1 || true
+git rev-parse HEAD >"$OUT/commit.txt" 2>/dev/null || true
+
+if has_stage build; then
+  gtest_flag=()
+  [ -f /usr/include/gtest/gtest.h ] || gtest_flag=(-DMSA_GTEST_SOURCE_DIR="$PWD/.gtest")
+  start=$(date +%s)
+  if cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMSA_WITH_CUDA=ON \
+      -DMSA_WARNINGS_AS_ERRORS=ON "${gtest_flag[@]}" >"$OUT/build.log" 2>&1 &&
+     cmake --build "$BUILD_DIR" -j "$JOBS" >>"$OUT/build.log" 2>&1; then
+    record build ok "$(( $(date +%s) - start )) s"
+  else
+    record build FAIL "see build.log"
+    tail -40 "$OUT/build.log"
+  fi
+fi
+
+TEST_BIN="$BUILD_DIR/tests/msa_tests_cuda"
+if has_stage test && [ -x "$TEST_BIN" ]; then
+  "$TEST_BIN" --gtest_output=xml:"$OUT/cuda_tests.xml" >"$OUT/cuda_tests.log" 2>&1
+  rc=$?
+  line=$(grep -E '^\[  (PASSED|FAILED) ' "$OUT/cuda_tests.log" | tr '\n' ' ')
+  skipped=$(grep -cE '^\[  SKIPPED \]' "$OUT/cuda_tests.log")
+  [ $rc -eq 0 ] && record cuda-tests ok "$line skipped-lines=$skipped" ||
+    record cuda-tests FAIL "$line"
+  grep -E '^\[  FAILED  \]' "$OUT/cuda_tests.log" | head -30
+  "$BUILD_DIR/tests/msa_tests_cpu" >"$OUT/cpu_tests.log" 2>&1 &&
+    record cpu-tests ok "$(grep -E '^\[  PASSED' "$OUT/cpu_tests.log")" ||
+    record cpu-tests FAIL "$(grep -E '^\[  FAILED' "$OUT/cpu_tests.log" | head -3 | tr '\n' ' ')"
+fi
+
+# Reduced case set for the sanitizers: the graph, misc and shared op suites minus the longest
+# contexts (the sanitizers slow kernels down by two orders of magnitude).
+SAN_FILTER=${SAN_FILTER:-'-*Long*:*64K*:*128K*:*Consistency*'}
+if has_stage sanitize && [ -x "$TEST_BIN" ]; then
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
+      "$TEST_BIN" --gtest_filter="$SAN_FILTER" >"$OUT/sanitize_$tool.log" 2>&1
+    rc=$?
+    summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)
+    [ $rc -eq 0 ] && record "$tool" ok "$summary" || record "$tool" FAIL "rc=$rc $summary"
+  done
+fi
+
+if has_stage sass; then
+  lib="$BUILD_DIR/libmsa.a"
+  if [ -f "$lib" ]; then
+    cuobjdump --list-elf "$lib" >"$OUT/sass_elf.txt" 2>&1
+    cuobjdump --dump-resource-usage "$lib" >"$OUT/sass_resources.txt" 2>&1
+    n_elf=$(grep -c 'sm_' "$OUT/sass_elf.txt")
+    n_other=$(grep 'sm_' "$OUT/sass_elf.txt" | grep -vc 'sm_90a')
+    n_kern=$(grep -c 'Function ' "$OUT/sass_resources.txt")
+    spills=$(grep -Eo 'STACK:[0-9]+' "$OUT/sass_resources.txt" | grep -vc 'STACK:0')
+    [ "$n_other" -eq 0 ] && [ "$n_elf" -gt 0 ] &&
+      record sass ok "$n_elf cubins all sm_90a, $n_kern kernels, $spills with stack" ||
+      record sass FAIL "$n_other non-sm_90a cubins of $n_elf"
+  else
+    record sass FAIL "no $lib"
+  fi
+fi
+
+if has_stage bench && [ -x "$BUILD_DIR/bench/msa_bench_decode" ]; then
+  "$BUILD_DIR/bench/msa_bench_decode" --out "$OUT/bench_decode.json" \
+    >"$OUT/bench_decode.txt" 2>&1 && record bench ok "bench_decode.txt" ||
+    record bench FAIL "see bench_decode.txt"
+fi
+
+if has_stage python && [ -f python/setup.py ]; then
+  (python3 -m pip install --no-build-isolation --no-deps -q ./python >"$OUT/python_install.log" 2>&1 &&
+   python3 -m pytest -q tests/python >"$OUT/python_tests.log" 2>&1)
+  rc=$?
+  [ $rc -eq 0 ] && record python ok "$(tail -1 "$OUT/python_tests.log")" ||
+    record python FAIL "$(tail -1 "$OUT/python_tests.log" 2>/dev/null)"
+fi
+
+if has_stage engine && [ -x "$BUILD_DIR/tools/msa" ]; then
+  "$BUILD_DIR/tools/msa" run --preset minimax-m3-tp4 --backend cuda \
+    --report "$OUT/engine_tp4.json" >"$OUT/engine_tp4.txt" 2>&1 &&
+    record engine ok "engine_tp4.txt" || record engine FAIL "see engine_tp4.txt"
+fi
+
+echo
+echo "== gpu_check summary ($(cat "$OUT/commit.txt" 2>/dev/null | cut -c1-12)) =="
+head -2 "$OUT/gpu.txt" | tail -1
+for row in "${SUMMARY[@]}"; do echo "$row"; done

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The test command of the README: configure, build (host warnings are errors), check formatting,
+# and run every CPU-labelled test. GPU tests run on a GPU machine through scripts/gpu_check.sh.
+# Environment: BUILD_DIR (default build), MSA_WITH_CUDA (default OFF here; the CUDA backend is
+# compiled and tested by gpu_check.sh), JOBS (default: all cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=${JOBS:-$(nproc)}
+
+bash scripts/check_format.sh
+
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DMSA_WITH_CUDA="${MSA_WITH_CUDA:-OFF}" -DMSA_WARNINGS_AS_ERRORS=ON
+cmake --build "$BUILD_DIR" -j "$JOBS"
+ctest --test-dir "$BUILD_DIR" -L cpu --output-on-failure -j "$JOBS" --timeout 900
+
+if [ -f python/setup.py ] && [ -f tests/python/run_tests.sh ]; then
+  bash tests/python/run_tests.sh "$BUILD_DIR"
+fi
