@@ -300,11 +300,11 @@ class Parser {
           s.push_back('\t');
           break;
         case 'u': {
-          uint32_t cp;
+          uint32_t cp = 0;
           MSA_RETURN_IF_ERROR(parse_hex4(&cp));
           if (cp >= 0xD800 && cp <= 0xDBFF) {
             if (!consume_literal("\\u")) return error("high surrogate without a low surrogate");
-            uint32_t lo;
+            uint32_t lo = 0;
             MSA_RETURN_IF_ERROR(parse_hex4(&lo));
             if (lo < 0xDC00 || lo > 0xDFFF) return error("invalid low surrogate");
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
