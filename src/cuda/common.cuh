@@ -62,5 +62,24 @@ inline Status launch_status(const char* kernel) {
   return Status(StatusCode::kCudaError, std::string(kernel) + ": " + cudaGetErrorString(e));
 }
 
+// The cudaStream_t of an op call.
+inline cudaStream_t stream_of(const Stream& s) { return static_cast<cudaStream_t>(s.cuda_stream); }
+
+// Loads element i of an i32 or i64 index tensor (positions, slots, lengths) as int64.
+__device__ __forceinline__ int64_t load_index(const void* p, bool is_i64, int64_t i) {
+  return is_i64 ? static_cast<const int64_t*>(p)[i]
+                : static_cast<int64_t>(static_cast<const int32_t*>(p)[i]);
+}
+
+// True when `p` is aligned to `bytes` (host-side vector-access eligibility checks).
+inline bool is_aligned(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+// Grid size for `items` work items of `per_block` each; callers skip the launch when 0.
+inline unsigned int blocks_for(int64_t items, int64_t per_block) {
+  return static_cast<unsigned int>((items + per_block - 1) / per_block);
+}
+
 }  // namespace cuda
 }  // namespace msa
