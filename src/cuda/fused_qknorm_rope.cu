@@ -1,0 +1,533 @@
+// CUDA backend of the fused pre-attention op (spec A11, B5): one warp per (token, head slot),
+// each lane holding V = head_dim / 32 contiguous dims. The RMS is a warp-shuffle reduction, the
+// NeoX partner (dim d +- rotary_dim / 2) is fetched with a shuffle from the lane holding it,
+// arithmetic is fp32 and each output is rounded once (the K cache gets y / scale from the fp32
+// y, like the CPU reference). Head slots of a token, in order:
+//   q heads [0, nq) | k heads [nq, nq + nkv) | v inserts (nkv, only with a KV cache) |
+//   index-q heads (niq) and the index key (1), in sparse mode only.
+// Bad values are flagged and skipped: a position beyond the rope table is treated like a
+// padding row (q_out / index_q_out zero, nothing else written); a slot beyond its cache skips
+// that insert.
+#include <initializer_list>
+#include <string>
+
+#include "core/backends.h"
+#include "core/validate.h"
+#include "cuda/common.cuh"
+
+namespace msa {
+namespace cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+
+struct FusedParams {
+  // qkv [T, W], last stride 1.
+  void* qkv;
+  DType act;
+  int64_t qkv_s0;
+  int64_t tokens;
+  int nq, nkv, niq;
+  int head_dim;
+  int rotary_dim;
+  float eps;
+  bool sparse;
+  bool kv_insert;
+  bool index_insert;
+  int slots_per_token;
+  int64_t k_begin, v_begin, iq_begin, ik_begin;  // element offsets of the segments in a row
+
+  const void* positions;
+  bool positions_i64;
+  int64_t positions_s0;
+  const void* cos_sin;
+  DType cos_sin_dtype;
+  int64_t cs_s0, cs_s1;
+  int64_t max_pos;
+
+  const void* w[4];  // q, k, index_q, index_k norm weights
+  DType w_dtype[4];
+  int64_t w_s0[4];
+
+  const void* slots;
+  bool slots_i64;
+  int64_t slots_s0;
+  void* k_cache;
+  void* v_cache;
+  DType kv_dtype;
+  int64_t kc_s[3], vc_s[3];  // strides of dims 0..2 (page, head, offset)
+  int64_t kv_block_size, kv_slot_limit;
+  KvScaleMode scale_mode;
+  const float* k_scale;
+  const float* v_scale;
+  int64_t ks_s0, ks_s1, vs_s0, vs_s1;
+
+  const void* index_slots;
+  bool index_slots_i64;
+  int64_t index_slots_s0;
+  void* index_cache;
+  DType ic_dtype;
+  int64_t ic_s0, ic_s1;
+  int64_t ic_block_size, ic_slot_limit;
+
+  void* q_out;  // qkv dtype
+  int64_t qo_s0, qo_s1;
+  void* iq_out;
+  DType iq_dtype;
+  int64_t iqo_s0, iqo_s1;
+
+  // 16/8/4-byte vector access allowed (base and strides aligned to V elements).
+  bool vec_qkv, vec_q_out, vec_iq_out, vec_kv, vec_ic;
+  int32_t* error_flags;
+};
+
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ void from_float(float x, __nv_bfloat16* out) {
+  *out = __float2bfloat16_rn(x);
+}
+__device__ __forceinline__ void from_float(float x, __half* out) { *out = __float2half_rn(x); }
+__device__ __forceinline__ void from_float(float x, __nv_fp8_storage_t* out) {
+  *out = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+}
+__device__ __forceinline__ void from_float(float x, float* out) { *out = x; }
+
+template <int kBytes>
+struct VecWord;
+template <>
+struct VecWord<4> {
+  using type = uint32_t;
+};
+template <>
+struct VecWord<8> {
+  using type = uint2;
+};
+template <>
+struct VecWord<16> {
+  using type = uint4;
+};
+
+constexpr bool is_vec_width(int bytes) { return bytes == 4 || bytes == 8 || bytes == 16; }
+
+// V contiguous elements as float; one vector load when allowed.
+template <typename T, int V>
+__device__ __forceinline__ void load_row(const T* src, bool vec, float (&x)[V]) {
+  constexpr int kBytes = static_cast<int>(sizeof(T)) * V;
+  if constexpr (is_vec_width(kBytes)) {
+    if (vec) {
+      const typename VecWord<kBytes>::type w =
+          *reinterpret_cast<const typename VecWord<kBytes>::type*>(src);
+      const T* e = reinterpret_cast<const T*>(&w);
+#pragma unroll
+      for (int i = 0; i < V; ++i) x[i] = to_float(e[i]);
+      return;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < V; ++i) x[i] = to_float(src[i]);
+}
+
+// V contiguous elements rounded once to T (y[i] / divisor); one vector store when allowed.
+template <typename T, int V>
+__device__ __forceinline__ void store_row(T* dst, bool vec, const float (&y)[V], float divisor) {
+  T e[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) from_float(divisor == 1.0f ? y[i] : y[i] / divisor, &e[i]);
+  constexpr int kBytes = static_cast<int>(sizeof(T)) * V;
+  if constexpr (is_vec_width(kBytes)) {
+    if (vec) {
+      using W = typename VecWord<kBytes>::type;
+      W w;
+      memcpy(&w, e, kBytes);
+      *reinterpret_cast<W*>(dst) = w;
+      return;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < V; ++i) dst[i] = e[i];
+}
+
+// store_row for a runtime storage dtype; `elem` is the element offset from `base`.
+template <int V>
+__device__ __forceinline__ void store_row_dt(void* base, DType dt, int64_t elem, bool vec,
+                                             const float (&y)[V], float divisor) {
+  switch (dt) {
+    case DType::kBF16:
+      store_row<__nv_bfloat16, V>(static_cast<__nv_bfloat16*>(base) + elem, vec, y, divisor);
+      break;
+    case DType::kF16:
+      store_row<__half, V>(static_cast<__half*>(base) + elem, vec, y, divisor);
+      break;
+    case DType::kE4M3:
+      store_row<__nv_fp8_storage_t, V>(static_cast<__nv_fp8_storage_t*>(base) + elem, vec, y,
+                                       divisor);
+      break;
+    default:
+      store_row<float, V>(static_cast<float*>(base) + elem, vec, y, divisor);
+      break;
+  }
+}
+
+template <int V>
+__device__ __forceinline__ void zero_row_dt(void* base, DType dt, int64_t elem, bool vec) {
+  float z[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) z[i] = 0.0f;
+  store_row_dt<V>(base, dt, elem, vec, z, 1.0f);
+}
+
+// In place: x (this lane's V dims of one head) <- RoPE_pos(GemmaNorm(x; w)).
+template <int V>
+__device__ __forceinline__ void norm_rope(const FusedParams& p, int which_w, int64_t pos,
+                                          float (&x)[V]) {
+  const int lane = threadIdx.x % 32;
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < V; ++i) ss = __fadd_rn(ss, __fmul_rn(x[i], x[i]));
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(p.head_dim) + p.eps);
+  const void* w = p.w[which_w];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const float wi = load_as_float(w, p.w_dtype[which_w], (lane * V + i) * p.w_s0[which_w]);
+    x[i] = __fmul_rn(__fmul_rn(x[i], inv_rms), __fadd_rn(1.0f, wi));
+  }
+  // The partner of dim d = lane * V + i is d +- half, held by lane +- half / V at the same i
+  // (the launcher requires half % V == 0). Every lane joins the shuffles.
+  const int half = p.rotary_dim / 2;
+  const int first = lane * V;
+  const bool rotated = first < p.rotary_dim;
+  const bool low = first < half;
+  const int partner = rotated ? (low ? lane + half / V : lane - half / V) : lane;
+  const int64_t row = pos * p.cs_s0;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const float other = __shfl_sync(0xffffffffu, x[i], partner);
+    if (rotated) {
+      const int f = (first + i) % half;
+      const float c = load_as_float(p.cos_sin, p.cos_sin_dtype, row + f * p.cs_s1);
+      const float s = load_as_float(p.cos_sin, p.cos_sin_dtype, row + (half + f) * p.cs_s1);
+      x[i] = low ? __fsub_rn(__fmul_rn(x[i], c), __fmul_rn(other, s))
+                 : __fadd_rn(__fmul_rn(x[i], c), __fmul_rn(other, s));
+    }
+  }
+}
+
+__device__ __forceinline__ float kv_divisor(const FusedParams& p, bool is_v, int h, int64_t slot) {
+  switch (p.scale_mode) {
+    case KvScaleMode::kPerLayer:
+      return is_v ? p.v_scale[0] : p.k_scale[0];
+    case KvScaleMode::kPerTokenHead:
+      return is_v ? p.v_scale[h * p.vs_s0 + slot * p.vs_s1]
+                  : p.k_scale[h * p.ks_s0 + slot * p.ks_s1];
+    default:
+      return 1.0f;
+  }
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) fused_qknorm_rope_kernel(FusedParams p) {
+  const int lane = threadIdx.x % 32;
+  const int64_t gw = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int64_t t = gw / p.slots_per_token;
+  if (t >= p.tokens) return;  // warp-uniform, like every branch below
+
+  enum Kind { kQ, kK, kV, kIQ, kIK };
+  Kind kind;
+  int s = static_cast<int>(gw % p.slots_per_token);
+  int h = 0;
+  if (s < p.nq) {
+    kind = kQ;
+    h = s;
+  } else if (s - p.nq < p.nkv) {
+    kind = kK;
+    h = s - p.nq;
+  } else {
+    s -= p.nq + p.nkv;
+    if (p.kv_insert && s < p.nkv) {
+      kind = kV;
+      h = s;
+    } else {
+      if (p.kv_insert) s -= p.nkv;
+      kind = s < p.niq ? kIQ : kIK;
+      h = s < p.niq ? s : 0;
+    }
+  }
+
+  const int64_t lane_off = static_cast<int64_t>(lane) * V;
+  const int64_t pos = load_index(p.positions, p.positions_i64, t * p.positions_s0);
+  if (pos < 0 || pos >= p.max_pos) {
+    if (pos >= p.max_pos && kind == kQ && h == 0 && lane == 0) {
+      raise_error(p.error_flags, kDeviceErrorPosition);
+    }
+    if (kind == kQ && p.q_out != nullptr) {
+      zero_row_dt<V>(p.q_out, p.act, t * p.qo_s0 + h * p.qo_s1 + lane_off, p.vec_q_out);
+    }
+    if (kind == kIQ && p.iq_out != nullptr) {
+      zero_row_dt<V>(p.iq_out, p.iq_dtype, t * p.iqo_s0 + h * p.iqo_s1 + lane_off, p.vec_iq_out);
+    }
+    return;
+  }
+
+  T* row = static_cast<T*>(p.qkv) + t * p.qkv_s0;
+  const int64_t d = p.head_dim;
+  float x[V];
+  switch (kind) {
+    case kQ: {
+      T* src = row + h * d + lane_off;
+      load_row<T, V>(src, p.vec_qkv, x);
+      norm_rope<V>(p, 0, pos, x);
+      if (p.q_out != nullptr) {
+        store_row_dt<V>(p.q_out, p.act, t * p.qo_s0 + h * p.qo_s1 + lane_off, p.vec_q_out, x, 1.0f);
+      } else {
+        store_row<T, V>(src, p.vec_qkv, x, 1.0f);
+      }
+      break;
+    }
+    case kK: {
+      T* src = row + p.k_begin + h * d + lane_off;
+      load_row<T, V>(src, p.vec_qkv, x);
+      norm_rope<V>(p, 1, pos, x);
+      store_row<T, V>(src, p.vec_qkv, x, 1.0f);
+      if (!p.kv_insert) break;
+      const int64_t slot = load_index(p.slots, p.slots_i64, t * p.slots_s0);
+      if (slot < 0) break;
+      if (slot >= p.kv_slot_limit) {
+        if (lane == 0) raise_error(p.error_flags, kDeviceErrorSlot);
+        break;
+      }
+      const int64_t off = (slot / p.kv_block_size) * p.kc_s[0] + h * p.kc_s[1] +
+                          (slot % p.kv_block_size) * p.kc_s[2] + lane_off;
+      store_row_dt<V>(p.k_cache, p.kv_dtype, off, p.vec_kv, x, kv_divisor(p, false, h, slot));
+      break;
+    }
+    case kV: {
+      const int64_t slot = load_index(p.slots, p.slots_i64, t * p.slots_s0);
+      if (slot < 0) break;
+      if (slot >= p.kv_slot_limit) {
+        if (lane == 0) raise_error(p.error_flags, kDeviceErrorSlot);
+        break;
+      }
+      load_row<T, V>(row + p.v_begin + h * d + lane_off, p.vec_qkv, x);
+      const int64_t off = (slot / p.kv_block_size) * p.vc_s[0] + h * p.vc_s[1] +
+                          (slot % p.kv_block_size) * p.vc_s[2] + lane_off;
+      store_row_dt<V>(p.v_cache, p.kv_dtype, off, p.vec_kv, x, kv_divisor(p, true, h, slot));
+      break;
+    }
+    case kIQ: {
+      T* src = row + p.iq_begin + h * d + lane_off;
+      load_row<T, V>(src, p.vec_qkv, x);
+      norm_rope<V>(p, 2, pos, x);
+      if (p.iq_out != nullptr) {
+        store_row_dt<V>(p.iq_out, p.iq_dtype, t * p.iqo_s0 + h * p.iqo_s1 + lane_off, p.vec_iq_out,
+                        x, 1.0f);
+      } else {
+        store_row<T, V>(src, p.vec_qkv, x, 1.0f);
+      }
+      break;
+    }
+    case kIK: {
+      T* src = row + p.ik_begin + lane_off;
+      load_row<T, V>(src, p.vec_qkv, x);
+      norm_rope<V>(p, 3, pos, x);
+      store_row<T, V>(src, p.vec_qkv, x, 1.0f);
+      if (!p.index_insert) break;
+      const int64_t slot = load_index(p.index_slots, p.index_slots_i64, t * p.index_slots_s0);
+      if (slot < 0) break;
+      if (slot >= p.ic_slot_limit) {
+        if (lane == 0) raise_error(p.error_flags, kDeviceErrorSlot);
+        break;
+      }
+      const int64_t off =
+          (slot / p.ic_block_size) * p.ic_s0 + (slot % p.ic_block_size) * p.ic_s1 + lane_off;
+      store_row_dt<V>(p.index_cache, p.ic_dtype, off, p.vec_ic, x, 1.0f);
+      break;
+    }
+  }
+}
+
+// Vector access is allowed when V elements are a 4/8/16-byte word, the base is aligned to it
+// and every stride that positions a lane's first element is a multiple of V.
+bool vec_ok(const void* base, DType dt, int v, std::initializer_list<int64_t> strides) {
+  const int64_t bytes = dtype_size(dt) * v;
+  if (bytes != 4 && bytes != 8 && bytes != 16) return false;
+  if (!is_aligned(base, static_cast<size_t>(bytes))) return false;
+  for (int64_t s : strides) {
+    if (s % v != 0) return false;
+  }
+  return true;
+}
+
+template <typename T>
+Status launch(const FusedParams& p, int v, Stream stream) {
+  const int64_t warps = p.tokens * p.slots_per_token;
+  if (warps == 0) return Status::Ok();
+  const unsigned int blocks = blocks_for(warps, kWarpsPerBlock);
+  const cudaStream_t st = stream_of(stream);
+  constexpr int kThreads = kWarpsPerBlock * 32;
+  switch (v) {
+    case 1:
+      fused_qknorm_rope_kernel<T, 1><<<blocks, kThreads, 0, st>>>(p);
+      break;
+    case 2:
+      fused_qknorm_rope_kernel<T, 2><<<blocks, kThreads, 0, st>>>(p);
+      break;
+    case 3:
+      fused_qknorm_rope_kernel<T, 3><<<blocks, kThreads, 0, st>>>(p);
+      break;
+    case 4:
+      fused_qknorm_rope_kernel<T, 4><<<blocks, kThreads, 0, st>>>(p);
+      break;
+    case 5:
+      fused_qknorm_rope_kernel<T, 5><<<blocks, kThreads, 0, st>>>(p);
+      break;
+    case 6:
+      fused_qknorm_rope_kernel<T, 6><<<blocks, kThreads, 0, st>>>(p);
+      break;
+    case 7:
+      fused_qknorm_rope_kernel<T, 7><<<blocks, kThreads, 0, st>>>(p);
+      break;
+    default:
+      fused_qknorm_rope_kernel<T, 8><<<blocks, kThreads, 0, st>>>(p);
+      break;
+  }
+  return launch_status("fused_qknorm_rope_kernel");
+}
+
+}  // namespace
+
+Status workspace_size(const FusedQkNormRopeArgs&, size_t* bytes) {
+  *bytes = 0;
+  return Status::Ok();
+}
+
+Status run(const FusedQkNormRopeArgs& args, Workspace, Stream stream) {
+  const int64_t head_dim = args.q_norm_weight.shape[0];
+  if (head_dim % 32 != 0 || head_dim > 256) {
+    return detail::not_supported("fused_qknorm_rope (CUDA): head_dim " + std::to_string(head_dim) +
+                                 " is not supported; the kernel needs a multiple of 32 up to 256");
+  }
+  const int v = static_cast<int>(head_dim / 32);
+  const bool sparse = args.mode == PreAttentionMode::kSparse;
+  if (sparse && args.index_q_norm_weight.shape[0] != head_dim) {
+    return detail::not_supported(
+        "fused_qknorm_rope (CUDA): index_dim " + std::to_string(args.index_q_norm_weight.shape[0]) +
+        " differs from head_dim " + std::to_string(head_dim) + "; the kernel needs them equal");
+  }
+  if ((args.rotary_dim / 2) % v != 0) {
+    return detail::not_supported("fused_qknorm_rope (CUDA): rotary_dim " +
+                                 std::to_string(args.rotary_dim) + " must be a multiple of " +
+                                 std::to_string(2 * v) + " (2 * head_dim / 32) for head_dim " +
+                                 std::to_string(head_dim));
+  }
+
+  FusedParams p{};
+  const TensorView& qkv = args.qkv;
+  p.qkv = qkv.data;
+  p.act = qkv.dtype;
+  p.qkv_s0 = qkv.strides[0];
+  p.tokens = qkv.shape[0];
+  p.nq = args.num_q_heads;
+  p.nkv = args.num_kv_heads;
+  p.niq = sparse ? args.num_index_heads : 0;
+  p.head_dim = static_cast<int>(head_dim);
+  p.rotary_dim = args.rotary_dim;
+  p.eps = args.eps;
+  p.sparse = sparse;
+  p.kv_insert = args.kv_cache.defined();
+  p.index_insert = sparse && args.index_cache.defined();
+  p.slots_per_token = p.nq + p.nkv + (p.kv_insert ? p.nkv : 0) + (sparse ? p.niq + 1 : 0);
+  p.k_begin = static_cast<int64_t>(p.nq) * head_dim;
+  p.v_begin = static_cast<int64_t>(p.nq + p.nkv) * head_dim;
+  p.iq_begin = static_cast<int64_t>(p.nq + 2 * p.nkv) * head_dim;
+  p.ik_begin = p.iq_begin + static_cast<int64_t>(p.niq) * head_dim;
+
+  p.positions = args.positions.data;
+  p.positions_i64 = args.positions.dtype == DType::kI64;
+  p.positions_s0 = args.positions.strides[0];
+  p.cos_sin = args.cos_sin_cache.data;
+  p.cos_sin_dtype = args.cos_sin_cache.dtype;
+  p.cs_s0 = args.cos_sin_cache.strides[0];
+  p.cs_s1 = args.cos_sin_cache.strides[1];
+  p.max_pos = args.cos_sin_cache.shape[0];
+
+  const TensorView* weights[4] = {&args.q_norm_weight, &args.k_norm_weight,
+                                  &args.index_q_norm_weight, &args.index_k_norm_weight};
+  for (int i = 0; i < 4; ++i) {
+    // Index weights are only read in sparse mode; the q weight stands in elsewhere.
+    const TensorView& w = (i < 2 || sparse) ? *weights[i] : args.q_norm_weight;
+    p.w[i] = w.data;
+    p.w_dtype[i] = w.dtype;
+    p.w_s0[i] = w.strides[0];
+  }
+
+  p.vec_qkv = vec_ok(qkv.data, qkv.dtype, v, {qkv.strides[0]});
+  if (p.kv_insert) {
+    const KvCacheView& kv = args.kv_cache;
+    p.slots = args.slot_mapping.data;
+    p.slots_i64 = args.slot_mapping.dtype == DType::kI64;
+    p.slots_s0 = args.slot_mapping.strides[0];
+    p.k_cache = kv.k.data;
+    p.v_cache = kv.v.data;
+    p.kv_dtype = kv.k.dtype;
+    for (int i = 0; i < 3; ++i) {
+      p.kc_s[i] = kv.k.strides[i];
+      p.vc_s[i] = kv.v.strides[i];
+    }
+    p.kv_block_size = kv.block_size();
+    p.kv_slot_limit = kv.num_blocks() * kv.block_size();
+    p.scale_mode = kv.scale_mode;
+    if (kv.scale_mode != KvScaleMode::kNone) {
+      p.k_scale = kv.k_scale.ptr<const float>();
+      p.v_scale = kv.v_scale.ptr<const float>();
+      if (kv.scale_mode == KvScaleMode::kPerTokenHead) {
+        p.ks_s0 = kv.k_scale.strides[0];
+        p.ks_s1 = kv.k_scale.strides[1];
+        p.vs_s0 = kv.v_scale.strides[0];
+        p.vs_s1 = kv.v_scale.strides[1];
+      }
+    }
+    p.vec_kv =
+        vec_ok(kv.k.data, kv.k.dtype, v, {kv.k.strides[0], kv.k.strides[1], kv.k.strides[2]}) &&
+        vec_ok(kv.v.data, kv.v.dtype, v, {kv.v.strides[0], kv.v.strides[1], kv.v.strides[2]});
+  } else {
+    p.scale_mode = KvScaleMode::kNone;
+  }
+  if (p.index_insert) {
+    const TensorView& slots =
+        args.index_slot_mapping.defined() ? args.index_slot_mapping : args.slot_mapping;
+    p.index_slots = slots.data;
+    p.index_slots_i64 = slots.dtype == DType::kI64;
+    p.index_slots_s0 = slots.strides[0];
+    const TensorView& ic = args.index_cache;
+    p.index_cache = ic.data;
+    p.ic_dtype = ic.dtype;
+    p.ic_s0 = ic.strides[0];
+    p.ic_s1 = ic.strides[1];
+    p.ic_block_size = ic.shape[1];
+    p.ic_slot_limit = ic.shape[0] * ic.shape[1];
+    p.vec_ic = vec_ok(ic.data, ic.dtype, v, {ic.strides[0], ic.strides[1]});
+  }
+  if (args.q_out.defined()) {
+    const TensorView& q = args.q_out;
+    p.q_out = q.data;
+    p.qo_s0 = q.strides[0];
+    p.qo_s1 = q.ndim == 3 ? q.strides[1] : head_dim;
+    p.vec_q_out = vec_ok(q.data, q.dtype, v, {p.qo_s0, p.qo_s1});
+  }
+  if (sparse && args.index_q_out.defined()) {
+    const TensorView& q = args.index_q_out;
+    p.iq_out = q.data;
+    p.iq_dtype = q.dtype;
+    p.iqo_s0 = q.strides[0];
+    p.iqo_s1 = q.ndim == 3 ? q.strides[1] : head_dim;
+    p.vec_iq_out = vec_ok(q.data, q.dtype, v, {p.iqo_s0, p.iqo_s1});
+  }
+  p.error_flags = args.error_flags.defined() ? args.error_flags.ptr<int32_t>() : nullptr;
+  if (qkv.dtype == DType::kBF16) return launch<__nv_bfloat16>(p, v, stream);
+  return launch<__half>(p, v, stream);
+}
+
+}  // namespace cuda
+}  // namespace msa
