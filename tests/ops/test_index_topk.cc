@@ -1,0 +1,833 @@
+// Indexer top-k (decode and prefill forms) against the float64 oracle, on the binary's test
+// device; on CUDA also against the CPU backend. Exact cases draw values as integer multiples
+// of 1/8 in [-1, 1]: every product is a multiple of 1/64 and every dot of up to 128 terms fits
+// in 14 significant bits, so fp32 scores equal the float64 ones and rankings must match
+// exactly. Random cases use a near-tie rule (see kNearTieRelEps).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/paging.h"
+#include "common/test_tensor.h"
+#include "core/validate.h"
+#include "msa/indexer.h"
+#include "oracle/index_topk_oracle.h"
+
+namespace msa {
+namespace test {
+namespace {
+
+// Blocks whose float64 score lies within this relative distance of the k-th selected score may
+// swap in or out of the selection: fp32 sums in another order (the CUDA kernel) differ from the
+// float64 sum by ~Di * 2^-24 relative to the sum of |terms|, far below this bound.
+constexpr double kNearTieRelEps = 1e-3;
+
+// Bytes written into outputs before a run: not 0xFF, because -1 (all-ones) is a valid output.
+constexpr uint8_t kPoisonByte = 0x5A;
+constexpr int32_t kPoisonWord = 0x5A5A5A5A;
+
+// Block-table entries beyond a request's used blocks: out of range on purpose, so reading or
+// validating them would fail the test.
+constexpr int32_t kStaleEntry = -777;
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer(const Device& device, size_t bytes)
+      : device_(device), data_(bytes ? device_alloc(device, bytes) : nullptr), bytes_(bytes) {}
+  ~DeviceBuffer() {
+    if (data_ != nullptr) device_free(device_, data_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  Workspace workspace() const { return Workspace{data_, bytes_}; }
+
+ private:
+  Device device_;
+  void* data_;
+  size_t bytes_;
+};
+
+struct BatchSpec {
+  DType q_dtype = DType::kBF16;
+  DType k_dtype = DType::kBF16;
+  int64_t heads = 1;
+  int64_t head_dim = 64;
+  int64_t block_size = 128;
+  int query_len = 1;  // decode rows per request; 0 selects the prefill form
+  std::vector<int64_t> seq_lens;
+  std::vector<int64_t> q_lens;  // prefill: query rows of each request
+  int64_t pad_rows = 0;         // prefill: rows after cu_seqlens_q[B]
+  IndexTopkParams params;
+  int64_t width = 16;
+  int64_t spare_out_rows = 2;  // topk_out rows past T, which must stay untouched
+  bool exact = true;
+  uint64_t seed = 1;
+};
+
+bool is_prefill(const BatchSpec& s) { return s.query_len == 0; }
+
+// One batch on one device, with the oracle's view of the same values.
+struct Batch {
+  BatchSpec spec;
+  Device device;
+  int64_t rows = 0;
+  TestTensor index_q, index_cache, block_table, seq_lens, cu_seqlens_q, topk_out, flags;
+  oracle::IndexTopkInput oracle_in;
+};
+
+void fill_values(TestTensor& t, std::mt19937_64& rng, bool exact) {
+  if (!exact) {
+    t.fill_uniform(rng, -1.0, 1.0);
+    return;
+  }
+  std::uniform_int_distribution<int> eighths(-8, 8);
+  for (int64_t i = 0; i < t.numel(); ++i) t.set_flat(i, eighths(rng) / 8.0);
+}
+
+Batch make_batch(const BatchSpec& spec, const Device& device) {
+  Batch b;
+  b.spec = spec;
+  b.device = device;
+  std::mt19937_64 rng(spec.seed);
+  const int64_t num_req = static_cast<int64_t>(spec.seq_lens.size());
+  const int64_t bs = spec.block_size;
+
+  std::vector<int64_t> cu(1, 0);
+  if (is_prefill(spec)) {
+    for (int64_t q : spec.q_lens) cu.push_back(cu.back() + q);
+    b.rows = cu.back() + spec.pad_rows;
+  } else {
+    b.rows = num_req * spec.query_len;
+  }
+
+  int64_t max_blocks = 1, used_total = 0;
+  for (int64_t s : spec.seq_lens) {
+    max_blocks = std::max(max_blocks, ceil_div(s, bs) + 2);
+    used_total += ceil_div(s, bs);
+  }
+  const int64_t num_blocks = used_total + 3;
+  const std::vector<int32_t> table =
+      shuffled_block_table(spec.seq_lens, max_blocks, num_blocks, bs, rng, kStaleEntry);
+
+  // index_q rows carry extra elements, as when index_q is a slice of a fused projection row.
+  const int64_t row_stride = spec.heads * spec.head_dim + 16;
+  b.index_q =
+      TestTensor(spec.q_dtype, {b.rows, spec.heads, spec.head_dim}, {row_stride, spec.head_dim, 1},
+                 std::max<int64_t>(b.rows, 1) * row_stride, device);
+  fill_values(b.index_q, rng, spec.exact);
+  b.index_cache = TestTensor(spec.k_dtype, {num_blocks, bs, spec.head_dim}, device);
+  fill_values(b.index_cache, rng, spec.exact);
+  b.block_table = TestTensor(DType::kI32, {num_req, max_blocks}, device);
+  for (size_t i = 0; i < table.size(); ++i)
+    b.block_table.set_flat(static_cast<int64_t>(i), table[i]);
+  b.seq_lens = TestTensor(DType::kI32, {num_req}, device);
+  for (int64_t i = 0; i < num_req; ++i)
+    b.seq_lens.set_flat(i, static_cast<double>(spec.seq_lens[i]));
+  b.cu_seqlens_q = TestTensor(DType::kI32, {num_req + 1}, device);
+  if (is_prefill(spec)) {
+    for (int64_t i = 0; i <= num_req; ++i) b.cu_seqlens_q.set_flat(i, static_cast<double>(cu[i]));
+  }
+  b.topk_out =
+      TestTensor(DType::kI32, {spec.heads, b.rows + spec.spare_out_rows, spec.width}, device);
+  b.flags = TestTensor(DType::kI32, {1}, device);
+
+  oracle::IndexTopkInput& o = b.oracle_in;
+  o.num_heads = spec.heads;
+  o.head_dim = spec.head_dim;
+  o.block_size = bs;
+  o.max_blocks = max_blocks;
+  o.block_table = table;
+  o.topk = spec.params.topk;
+  o.init_blocks = spec.params.init_blocks;
+  o.local_blocks = spec.params.local_blocks;
+  o.width = spec.width;
+  if (is_prefill(spec)) {
+    o.row_position = prefill_positions(cu, spec.seq_lens, b.rows);
+    o.row_request.assign(static_cast<size_t>(b.rows), -1);
+    for (int64_t r = 0; r < num_req; ++r)
+      for (int64_t t = cu[r]; t < cu[r + 1]; ++t) o.row_request[t] = r;
+  } else {
+    o.row_position = decode_positions(spec.seq_lens, spec.query_len);
+    for (int64_t t = 0; t < b.rows; ++t) o.row_request.push_back(t / spec.query_len);
+  }
+  for (int64_t t = 0; t < b.rows; ++t)
+    for (int64_t h = 0; h < spec.heads; ++h)
+      for (int64_t d = 0; d < spec.head_dim; ++d) o.index_q.push_back(b.index_q.get({t, h, d}));
+  for (int64_t i = 0; i < b.index_cache.numel(); ++i)
+    o.index_cache.push_back(b.index_cache.get_flat(i));
+  return b;
+}
+
+void upload_all(Batch& b) {
+  for (TestTensor* t : {&b.index_q, &b.index_cache, &b.block_table, &b.seq_lens, &b.cu_seqlens_q}) {
+    t->upload();
+  }
+  b.topk_out.fill_bytes(kPoisonByte);
+  b.topk_out.upload();
+  b.flags.set_flat(0, 0);
+  b.flags.upload();
+}
+
+Status run_batch(const Batch& b, TensorView topk_out, Stream stream, bool with_flags = true,
+                 TensorView index_q = TensorView()) {
+  const TensorView q = index_q.defined() ? index_q : b.index_q.view();
+  const TensorView flags = with_flags ? b.flags.view() : TensorView();
+  size_t bytes = 0;
+  if (is_prefill(b.spec)) {
+    IndexTopkPrefillArgs a;
+    a.params = b.spec.params;
+    a.index_q = q;
+    a.index_cache = b.index_cache.view();
+    a.block_table = b.block_table.view();
+    a.cu_seqlens_q = b.cu_seqlens_q.view();
+    a.seq_lens = b.seq_lens.view();
+    a.topk_out = topk_out;
+    a.error_flags = flags;
+    MSA_RETURN_IF_ERROR(workspace_size(a, &bytes));
+    DeviceBuffer ws(b.device, bytes);
+    return run(a, ws.workspace(), stream);
+  }
+  IndexTopkDecodeArgs a;
+  a.params = b.spec.params;
+  a.query_len = b.spec.query_len;
+  a.index_q = q;
+  a.index_cache = b.index_cache.view();
+  a.block_table = b.block_table.view();
+  a.seq_lens = b.seq_lens.view();
+  a.topk_out = topk_out;
+  a.error_flags = flags;
+  MSA_RETURN_IF_ERROR(workspace_size(a, &bytes));
+  DeviceBuffer ws(b.device, bytes);
+  return run(a, ws.workspace(), stream);
+}
+
+// topk_out[h, t, :] of a downloaded [H, rows, width] buffer.
+std::vector<int32_t> out_row(const TestTensor& out, int64_t h, int64_t t) {
+  std::vector<int32_t> row;
+  for (int64_t c = 0; c < out.shape()[2]; ++c)
+    row.push_back(static_cast<int32_t>(out.get({h, t, c})));
+  return row;
+}
+
+std::string row_string(const std::vector<int32_t>& row) {
+  std::ostringstream os;
+  for (int32_t v : row) os << v << ' ';
+  return os.str();
+}
+
+// Empty when `got` is an acceptable result given the reference row `want`: identical in exact
+// mode; otherwise the same format (min(topk, nvb) ascending ids, then -1) and the same set up to
+// swaps of unforced blocks whose oracle scores are near-ties of the k-th selected score.
+std::string compare_row(const oracle::IndexTopkInput& in, int64_t t, int64_t h,
+                        const std::vector<int32_t>& want, const std::vector<int32_t>& got,
+                        bool exact) {
+  if (got == want) return "";
+  const std::string ctx = "row " + std::to_string(t) + " head " + std::to_string(h) + ": want " +
+                          row_string(want) + "got " + row_string(got);
+  if (exact) return ctx;
+  const std::vector<double> scores = oracle::index_block_scores(in, t, h);
+  const int64_t nvb = static_cast<int64_t>(scores.size());
+  const int64_t keep = std::min<int64_t>(in.topk, nvb);
+  for (int64_t c = 0; c < in.width; ++c) {
+    if (c >= keep && got[c] != -1) return ctx + "(expected -1 padding)";
+    if (c < keep && (got[c] < 0 || got[c] >= nvb)) return ctx + "(id outside visible blocks)";
+    if (c > 0 && c < keep && got[c] <= got[c - 1]) return ctx + "(not strictly ascending)";
+  }
+  const std::set<int32_t> want_set(want.begin(), want.begin() + keep);
+  const std::set<int32_t> got_set(got.begin(), got.begin() + keep);
+  double kth = std::numeric_limits<double>::infinity();
+  for (int32_t b : want_set)
+    if (oracle::index_block_tier(in, nvb, b) == 0) kth = std::min(kth, scores[b]);
+  const double eps = kNearTieRelEps * (1.0 + std::fabs(kth));
+  auto near_tie = [&](int32_t b) {
+    return oracle::index_block_tier(in, nvb, b) == 0 && std::fabs(scores[b] - kth) <= eps;
+  };
+  for (int32_t b : want_set)
+    if (!got_set.count(b) && !near_tie(b)) return ctx + "(missing block " + std::to_string(b) + ")";
+  for (int32_t b : got_set)
+    if (!want_set.count(b) && !near_tie(b)) return ctx + "(extra block " + std::to_string(b) + ")";
+  return "";
+}
+
+// Compares rows [row0, row0 + rows) of the downloaded buffer `out` with `want_rows(h, t)` and
+// checks that every other row of `out` still holds the poison.
+template <typename WantFn>
+void expect_rows(const oracle::IndexTopkInput& in, const TestTensor& out, int64_t row0,
+                 int64_t rows, bool exact, WantFn want_rows) {
+  int failures = 0;
+  for (int64_t h = 0; h < out.shape()[0]; ++h) {
+    for (int64_t r = 0; r < out.shape()[1]; ++r) {
+      const std::vector<int32_t> got = out_row(out, h, r);
+      std::string err;
+      if (r < row0 || r >= row0 + rows) {
+        for (int32_t v : got)
+          if (v != kPoisonWord) err = "row " + std::to_string(r) + " outside the op was written";
+      } else {
+        err = compare_row(in, r - row0, h, want_rows(h, r - row0), got, exact);
+      }
+      if (!err.empty() && ++failures <= 5) ADD_FAILURE() << err;
+    }
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+// Runs the batch on the test device and checks it against the oracle, and on CUDA also against
+// the CPU backend. Returns the downloaded output.
+TestTensor run_and_check(const BatchSpec& spec) {
+  Batch b = make_batch(spec, test_device());
+  upload_all(b);
+  const Status st = run_batch(b, b.topk_out.view(), Stream());
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  b.topk_out.download();
+  b.flags.download();
+  EXPECT_EQ(b.flags.get_flat(0), 0.0);
+  const std::vector<int32_t> want = oracle::index_topk(b.oracle_in);
+  const int64_t rows = b.rows, width = spec.width;
+  expect_rows(b.oracle_in, b.topk_out, 0, rows, spec.exact, [&](int64_t h, int64_t t) {
+    const auto first = want.begin() + (h * rows + t) * width;
+    return std::vector<int32_t>(first, first + width);
+  });
+  if (test_device().is_cuda()) {
+    Batch c = make_batch(spec, Device::cpu());
+    upload_all(c);
+    const Status cst = run_batch(c, c.topk_out.view(), Stream());
+    EXPECT_TRUE(cst.ok()) << cst.to_string();
+    c.topk_out.download();
+    expect_rows(b.oracle_in, b.topk_out, 0, rows, spec.exact,
+                [&](int64_t h, int64_t t) { return out_row(c.topk_out, h, t); });
+  }
+  return std::move(b.topk_out);
+}
+
+// ---- Shared-case sweeps ----
+
+struct SweepCase {
+  DType q_dtype, k_dtype;
+  int64_t heads;
+  int query_len;
+  bool exact;
+};
+
+std::string sweep_name(const ::testing::TestParamInfo<SweepCase>& info) {
+  const SweepCase& c = info.param;
+  return std::string(dtype_name(c.q_dtype)) + "_" + dtype_name(c.k_dtype) + "_H" +
+         std::to_string(c.heads) + "_L" + std::to_string(c.query_len) +
+         (c.exact ? "_exact" : "_random");
+}
+
+class IndexTopkDecodeSweep : public ::testing::TestWithParam<SweepCase> {};
+
+TEST_P(IndexTopkDecodeSweep, MatchesOracleOverContextLengths) {
+  MSA_REQUIRE_TEST_DEVICE();
+  const SweepCase& c = GetParam();
+  BatchSpec s;
+  s.q_dtype = c.q_dtype;
+  s.k_dtype = c.k_dtype;
+  s.heads = c.heads;
+  s.query_len = c.query_len;
+  s.exact = c.exact;
+  // Padded requests (seq_len 0) at both ends and in the middle; every block boundary case.
+  s.seq_lens = {0, 1, 127, 128, 129, 0, 2047, 2048, 2049, 4100, 0};
+  if (c.query_len > 1) s.seq_lens.push_back(3);  // rows before position 0 are padding too
+  s.seed = 100 + static_cast<uint64_t>(c.heads * 10 + c.query_len);
+  run_and_check(s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, IndexTopkDecodeSweep,
+                         ::testing::Values(SweepCase{DType::kBF16, DType::kBF16, 1, 1, true},
+                                           SweepCase{DType::kBF16, DType::kBF16, 4, 4, true},
+                                           SweepCase{DType::kE4M3, DType::kE4M3, 1, 4, true},
+                                           SweepCase{DType::kBF16, DType::kE4M3, 2, 1, true},
+                                           SweepCase{DType::kE4M3, DType::kBF16, 2, 4, true},
+                                           SweepCase{DType::kBF16, DType::kBF16, 1, 1, false},
+                                           SweepCase{DType::kBF16, DType::kBF16, 4, 4, false},
+                                           SweepCase{DType::kE4M3, DType::kE4M3, 2, 1, false},
+                                           SweepCase{DType::kBF16, DType::kE4M3, 1, 4, false}),
+                         sweep_name);
+
+class IndexTopkPrefillSweep : public ::testing::TestWithParam<SweepCase> {};
+
+TEST_P(IndexTopkPrefillSweep, MatchesOracleWithAndWithoutPrefix) {
+  MSA_REQUIRE_TEST_DEVICE();
+  const SweepCase& c = GetParam();
+  BatchSpec s;
+  s.q_dtype = c.q_dtype;
+  s.k_dtype = c.k_dtype;
+  s.heads = c.heads;
+  s.query_len = 0;
+  s.exact = c.exact;
+  // Prefix 0 (seq == q), chunked prefill with a prefix, a request with no rows this step.
+  s.seq_lens = {300, 2049 + 64, 500, 129, 1};
+  s.q_lens = {300, 64, 0, 2, 1};
+  s.pad_rows = 3;
+  s.seed = 200 + static_cast<uint64_t>(c.heads);
+  run_and_check(s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, IndexTopkPrefillSweep,
+                         ::testing::Values(SweepCase{DType::kBF16, DType::kBF16, 1, 0, true},
+                                           SweepCase{DType::kE4M3, DType::kE4M3, 2, 0, true},
+                                           SweepCase{DType::kBF16, DType::kE4M3, 4, 0, true},
+                                           SweepCase{DType::kBF16, DType::kBF16, 2, 0, false},
+                                           SweepCase{DType::kE4M3, DType::kBF16, 1, 0, false}),
+                         sweep_name);
+
+// ---- Focused cases ----
+
+TEST(IndexTopk, LongContextDecode) {
+  MSA_REQUIRE_TEST_DEVICE();
+  for (bool exact : {true, false}) {
+    BatchSpec s;
+    s.heads = 2;
+    s.head_dim = 128;
+    s.query_len = 4;
+    s.seq_lens = {65536 + 77, 0};
+    s.exact = exact;
+    s.seed = 7;
+    run_and_check(s);
+  }
+}
+
+TEST(IndexTopk, SmallerTopkPadsExtraColumns) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s;
+  s.heads = 2;
+  s.query_len = 1;
+  s.seq_lens = {3000, 129, 0, 700};
+  s.params.topk = 4;
+  s.width = 16;
+  s.seed = 11;
+  const TestTensor out = run_and_check(s);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t c = 4; c < 16; ++c) EXPECT_EQ(out.get({h, 0, c}), -1.0);
+}
+
+TEST(IndexTopk, InitAndLocalBlocksAreForced) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s;
+  s.heads = 1;
+  s.query_len = 4;
+  s.seq_lens = {5000, 300, 0};
+  s.params.init_blocks = 1;
+  s.params.local_blocks = 1;
+  s.seed = 12;
+  const TestTensor out = run_and_check(s);
+  // Row 3 is the last row of request 0 (p = 4999, own block 39): blocks 0 and 39 are kept.
+  EXPECT_EQ(out.get({0, 3, 0}), 0.0);
+  EXPECT_EQ(out.get({0, 3, 15}), 39.0);
+}
+
+TEST(IndexTopk, InitTierOutranksLocalTierWhenForcedExceedTopk) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s;
+  s.query_len = 1;
+  s.seq_lens = {128 * 20};
+  s.params.topk = 3;
+  s.params.init_blocks = 2;
+  s.params.local_blocks = 3;
+  s.width = 4;
+  s.seed = 13;
+  const TestTensor out = run_and_check(s);
+  // Both init blocks, then the lowest-id local block (17 of 17..19).
+  EXPECT_EQ(out_row(out, 0, 0), (std::vector<int32_t>{0, 1, 17, -1}));
+}
+
+TEST(IndexTopk, EqualScoresGoToLowerBlockIds) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s;
+  s.heads = 2;
+  s.query_len = 1;
+  s.seq_lens = {128 * 30 + 5};
+  s.seed = 14;
+  Batch b = make_batch(s, test_device());
+  // Every key identical: all blocks score the same, so blocks 0..14 plus the own block 30.
+  for (int64_t i = 0; i < b.index_cache.numel(); ++i)
+    b.index_cache.set_flat(i, ((i % s.head_dim) % 5 - 2) / 8.0);
+  for (int64_t i = 0; i < b.index_cache.numel(); ++i)
+    b.oracle_in.index_cache[i] = b.index_cache.get_flat(i);
+  upload_all(b);
+  ASSERT_TRUE(run_batch(b, b.topk_out.view(), Stream()).ok());
+  b.topk_out.download();
+  std::vector<int32_t> want;
+  for (int32_t i = 0; i < 15; ++i) want.push_back(i);
+  want.push_back(30);
+  for (int64_t h = 0; h < 2; ++h) {
+    EXPECT_EQ(out_row(b.topk_out, h, 0), want);
+    EXPECT_EQ(oracle::index_topk_row(b.oracle_in, 0, h), want);
+  }
+}
+
+TEST(IndexTopk, NanKeysRankBelowRealScores) {
+  MSA_REQUIRE_TEST_DEVICE();
+  for (DType k_dtype : {DType::kBF16, DType::kE4M3}) {
+    BatchSpec s;
+    s.k_dtype = k_dtype;
+    s.query_len = 1;
+    s.seq_lens = {128 * 24 + 1};
+    s.seed = 15;
+    Batch b = make_batch(s, test_device());
+    const int64_t di = s.head_dim, bs = s.block_size;
+    const std::vector<int32_t>& table = b.oracle_in.block_table;
+    for (int64_t d = 0; d < di; ++d) b.index_q.set({0, 0, d}, 0.5);
+    // Real keys score at most 0 (all entries <= 0); block 3 is all NaN, block 5 has NaN keys
+    // plus one key scoring 0.5 * Di, so 5 must be kept and 3 must not.
+    for (int64_t i = 0; i < b.index_cache.numel(); ++i)
+      b.index_cache.set_flat(i, -static_cast<double>(i % 7) / 8.0);
+    for (int64_t j = 0; j < bs; ++j) {
+      b.index_cache.set({table[3], j, j % di}, std::nan(""));
+      if (j % 2 == 0) b.index_cache.set({table[5], j, 1}, std::nan(""));
+    }
+    for (int64_t d = 0; d < di; ++d) b.index_cache.set({table[5], 7, d}, 1.0);
+    b.oracle_in.index_q.assign(b.oracle_in.index_q.size(), 0.5);
+    for (int64_t i = 0; i < b.index_cache.numel(); ++i)
+      b.oracle_in.index_cache[i] = b.index_cache.get_flat(i);
+    upload_all(b);
+    ASSERT_TRUE(run_batch(b, b.topk_out.view(), Stream()).ok());
+    b.topk_out.download();
+    const std::vector<int32_t> got = out_row(b.topk_out, 0, 0);
+    EXPECT_EQ(got, oracle::index_topk_row(b.oracle_in, 0, 0));
+    EXPECT_EQ(std::count(got.begin(), got.end(), 3), 0) << row_string(got);
+    EXPECT_EQ(std::count(got.begin(), got.end(), 5), 1) << row_string(got);
+  }
+}
+
+TEST(IndexTopk, FewVisibleBlocksSelectsAll) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s;
+  s.query_len = 1;
+  s.seq_lens = {2048, 1000};
+  s.width = 20;
+  s.seed = 16;
+  const TestTensor out = run_and_check(s);
+  for (int32_t c = 0; c < 20; ++c) {
+    EXPECT_EQ(out.get({0, 0, c}), c < 16 ? c : -1.0);
+    EXPECT_EQ(out.get({0, 1, c}), c < 8 ? c : -1.0);
+  }
+}
+
+TEST(IndexTopk, OtherBlockSize) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s;
+  s.heads = 2;
+  s.block_size = 64;
+  s.query_len = 0;
+  s.seq_lens = {1500, 64, 65};
+  s.q_lens = {20, 64, 1};
+  s.params.topk = 8;
+  s.seed = 17;
+  run_and_check(s);
+}
+
+// Decode rows [0, nd) and prefill rows [nd, nd + tp) share one [H, T, K] buffer and one index_q
+// buffer, as in a mixed step; rows after nd + tp stay untouched.
+TEST(IndexTopk, MixedBatchSharesOneBuffer) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec dec;
+  dec.heads = 2;
+  dec.query_len = 2;
+  dec.seq_lens = {2100, 0, 130};
+  dec.seed = 18;
+  BatchSpec pre = dec;
+  pre.query_len = 0;
+  pre.seq_lens = {900, 3000};
+  pre.q_lens = {900, 40};
+  pre.seed = 19;
+  Batch d = make_batch(dec, test_device());
+  Batch p = make_batch(pre, test_device());
+  const int64_t nd = d.rows, tp = p.rows, spare = 3;
+  TestTensor q_all(DType::kBF16, {nd + tp, 2, dec.head_dim}, test_device());
+  for (int64_t t = 0; t < nd + tp; ++t)
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t k = 0; k < dec.head_dim; ++k)
+        q_all.set({t, h, k}, t < nd ? d.index_q.get({t, h, k}) : p.index_q.get({t - nd, h, k}));
+  q_all.upload();
+  TestTensor shared(DType::kI32, {2, nd + tp + spare, dec.width}, test_device());
+  shared.fill_bytes(kPoisonByte);
+  shared.upload();
+  upload_all(d);
+  upload_all(p);
+  const TensorView all = shared.view();
+  ASSERT_TRUE(run_batch(d, all.slice(1, 0, nd), Stream(), true, q_all.view().slice(0, 0, nd)).ok());
+  ASSERT_TRUE(
+      run_batch(p, all.slice(1, nd, tp), Stream(), true, q_all.view().slice(0, nd, tp)).ok());
+  shared.download();
+  const std::vector<int32_t> want_d = oracle::index_topk(d.oracle_in);
+  const std::vector<int32_t> want_p = oracle::index_topk(p.oracle_in);
+  const int64_t w = dec.width;
+  for (int64_t h = 0; h < 2; ++h) {
+    for (int64_t r = 0; r < nd + tp + spare; ++r) {
+      std::vector<int32_t> want(static_cast<size_t>(w), kPoisonWord);
+      if (r < nd) {
+        want.assign(want_d.begin() + (h * nd + r) * w, want_d.begin() + (h * nd + r + 1) * w);
+      } else if (r < nd + tp) {
+        const int64_t t = r - nd;
+        want.assign(want_p.begin() + (h * tp + t) * w, want_p.begin() + (h * tp + t + 1) * w);
+      }
+      EXPECT_EQ(out_row(shared, h, r), want) << "head " << h << " row " << r;
+    }
+  }
+}
+
+TEST(IndexTopk, BitwiseIdenticalAcrossThreadCounts) {
+  MSA_REQUIRE_TEST_DEVICE();
+  for (int form : {1, 0}) {
+    BatchSpec s;
+    s.heads = 4;
+    s.query_len = form;
+    s.seq_lens = {3000, 0, 129, 6000};
+    s.q_lens = {17, 0, 5, 9};
+    s.exact = false;
+    s.seed = 20;
+    Batch b = make_batch(s, test_device());
+    std::vector<uint8_t> first;
+    for (int threads : {1, 2, 8}) {
+      upload_all(b);
+      ASSERT_TRUE(run_batch(b, b.topk_out.view(), Stream{nullptr, threads}).ok());
+      b.topk_out.download();
+      if (first.empty()) {
+        first = b.topk_out.host_bytes();
+      } else {
+        EXPECT_EQ(b.topk_out.host_bytes(), first) << threads << " threads, form " << form;
+      }
+    }
+  }
+}
+
+// ---- Bad inputs ----
+
+BatchSpec small_spec(int query_len) {
+  BatchSpec s;
+  s.heads = 2;
+  s.query_len = query_len;
+  s.seq_lens = {300, 0, 129};
+  s.q_lens = {4, 0, 2};
+  s.pad_rows = 1;
+  s.seed = 30;
+  return s;
+}
+
+IndexTopkDecodeArgs decode_args(const Batch& b) {
+  IndexTopkDecodeArgs a;
+  a.params = b.spec.params;
+  a.query_len = b.spec.query_len;
+  a.index_q = b.index_q.view();
+  a.index_cache = b.index_cache.view();
+  a.block_table = b.block_table.view();
+  a.seq_lens = b.seq_lens.view();
+  a.topk_out = b.topk_out.view();
+  a.error_flags = b.flags.view();
+  return a;
+}
+
+IndexTopkPrefillArgs prefill_args(const Batch& b) {
+  IndexTopkPrefillArgs a;
+  a.params = b.spec.params;
+  a.index_q = b.index_q.view();
+  a.index_cache = b.index_cache.view();
+  a.block_table = b.block_table.view();
+  a.cu_seqlens_q = b.cu_seqlens_q.view();
+  a.seq_lens = b.seq_lens.view();
+  a.topk_out = b.topk_out.view();
+  a.error_flags = b.flags.view();
+  return a;
+}
+
+// Runs `args` expecting `code`; the output must keep its poison.
+template <typename Args>
+void expect_rejected(Batch& b, const Args& args, StatusCode code, const char* what) {
+  SCOPED_TRACE(what);
+  upload_all(b);
+  size_t bytes = 0;
+  // A bad host argument fails workspace_size too; size the workspace from the good batch.
+  if (code != StatusCode::kInvalidArgument) {
+    ASSERT_TRUE(workspace_size(args, &bytes).ok());
+  } else {
+    EXPECT_EQ(workspace_size(args, &bytes).code(), code);
+    EXPECT_EQ(check(args).code(), code);
+    bytes = 1 << 20;
+  }
+  DeviceBuffer ws(b.device, bytes);
+  const Status st = run(args, ws.workspace(), Stream());
+  EXPECT_EQ(st.code(), code) << st.to_string();
+  EXPECT_FALSE(st.message().empty());
+  b.topk_out.download();
+  for (uint8_t byte : b.topk_out.host_bytes()) {
+    if (byte != kPoisonByte) {
+      ADD_FAILURE() << "topk_out was written";
+      break;
+    }
+  }
+}
+
+TEST(IndexTopkBadInput, HostArgumentsDecode) {
+  MSA_REQUIRE_TEST_DEVICE();
+  Batch b = make_batch(small_spec(2), test_device());
+  const IndexTopkDecodeArgs good = decode_args(b);
+  ASSERT_TRUE(check(good).ok()) << check(good).to_string();
+  const auto bad = StatusCode::kInvalidArgument;
+  IndexTopkDecodeArgs a = good;
+  a.index_q.dtype = DType::kF32;
+  expect_rejected(b, a, bad, "index_q dtype");
+  a = good;
+  a.index_cache.dtype = DType::kF16;
+  expect_rejected(b, a, bad, "index_cache dtype");
+  a = good;
+  a.index_cache.shape[2] = 32;
+  expect_rejected(b, a, bad, "head dim mismatch");
+  a = good;
+  a.index_cache.shape[1] = 0;
+  expect_rejected(b, a, bad, "block_size 0");
+  a = good;
+  a.topk_out = a.topk_out.slice(0, 0, 1);
+  expect_rejected(b, a, bad, "H_idx mismatch");
+  a = good;
+  a.topk_out = a.topk_out.slice(1, 0, a.index_q.shape[0] - 1);
+  expect_rejected(b, a, bad, "topk_out rows < T");
+  a = good;
+  a.topk_out.dtype = DType::kI64;
+  expect_rejected(b, a, bad, "topk_out dtype");
+  a = good;
+  a.params.topk = 0;
+  expect_rejected(b, a, bad, "topk 0");
+  a = good;
+  a.params.topk = 17;
+  expect_rejected(b, a, bad, "topk above capacity");
+  a = good;
+  a.params.init_blocks = -1;
+  expect_rejected(b, a, bad, "init_blocks");
+  a = good;
+  a.params.local_blocks = -1;
+  expect_rejected(b, a, bad, "local_blocks");
+  a = good;
+  a.query_len = 0;
+  expect_rejected(b, a, bad, "query_len 0");
+  a = good;
+  a.query_len = 9;
+  expect_rejected(b, a, bad, "query_len 9");
+  a = good;
+  a.query_len = 1;
+  expect_rejected(b, a, bad, "index_q rows != B * query_len");
+  a = good;
+  a.block_table = a.block_table.slice(0, 0, 2);
+  expect_rejected(b, a, bad, "block_table rows");
+  a = good;
+  a.seq_lens.dtype = DType::kI64;
+  expect_rejected(b, a, bad, "seq_lens dtype");
+  a = good;
+  a.index_cache.device = test_device().is_cpu() ? Device::cuda(0) : Device::cpu();
+  expect_rejected(b, a, bad, "index_cache device");
+  a = good;
+  a.error_flags.dtype = DType::kF32;
+  expect_rejected(b, a, bad, "error_flags dtype");
+}
+
+TEST(IndexTopkBadInput, HostArgumentsPrefill) {
+  MSA_REQUIRE_TEST_DEVICE();
+  Batch b = make_batch(small_spec(0), test_device());
+  const IndexTopkPrefillArgs good = prefill_args(b);
+  ASSERT_TRUE(check(good).ok()) << check(good).to_string();
+  const auto bad = StatusCode::kInvalidArgument;
+  IndexTopkPrefillArgs a = good;
+  a.cu_seqlens_q = a.cu_seqlens_q.slice(0, 0, 3);
+  expect_rejected(b, a, bad, "cu_seqlens_q length");
+  a = good;
+  a.cu_seqlens_q.dtype = DType::kI64;
+  expect_rejected(b, a, bad, "cu_seqlens_q dtype");
+  a = good;
+  a.params.topk = 20;
+  expect_rejected(b, a, bad, "topk above capacity");
+  a = good;
+  a.topk_out = a.topk_out.slice(2, 0, 8);
+  a.params.topk = 9;
+  expect_rejected(b, a, bad, "topk above a narrower capacity");
+  a = good;
+  a.seq_lens = a.seq_lens.slice(0, 0, 2);
+  expect_rejected(b, a, bad, "seq_lens length");
+}
+
+// A bad value: kOutOfRange on the CPU with nothing written; on CUDA the flag bit is raised.
+template <typename Args>
+void expect_bad_value(Batch& b, const Args& args, int32_t bit, const char* what) {
+  SCOPED_TRACE(what);
+  if (test_device().is_cpu()) {
+    expect_rejected(b, args, StatusCode::kOutOfRange, what);
+  } else {
+    upload_all(b);
+    size_t bytes = 0;
+    ASSERT_TRUE(workspace_size(args, &bytes).ok());
+    DeviceBuffer ws(b.device, bytes);
+    ASSERT_TRUE(run(args, ws.workspace(), Stream()).ok());
+  }
+  b.flags.download();
+  EXPECT_EQ(static_cast<int32_t>(b.flags.get_flat(0)) & bit, bit);
+}
+
+TEST(IndexTopkBadInput, ValuesDecode) {
+  MSA_REQUIRE_TEST_DEVICE();
+  Batch b = make_batch(small_spec(2), test_device());
+  const IndexTopkDecodeArgs a = decode_args(b);
+  const std::vector<int32_t> table = b.oracle_in.block_table;
+  const int64_t mb = b.oracle_in.max_blocks;
+  const int64_t num_blocks = b.index_cache.shape()[0];
+
+  b.block_table.set({2, 1}, static_cast<double>(num_blocks));
+  expect_bad_value(b, a, kDeviceErrorBlockId, "block id >= num_blocks");
+  b.block_table.set({0, 2}, -1);
+  b.block_table.set({2, 1}, table[2 * mb + 1]);
+  expect_bad_value(b, a, kDeviceErrorBlockId, "negative block id");
+  b.block_table.set({0, 2}, table[2]);
+
+  b.seq_lens.set_flat(1, -3);
+  expect_bad_value(b, a, kDeviceErrorSeqLen, "negative seq_len");
+  b.seq_lens.set_flat(1, static_cast<double>(128 * mb + 1));
+  expect_bad_value(b, a, kDeviceErrorSeqLen, "seq_len beyond the block table");
+  b.seq_lens.set_flat(1, 0);
+
+  // Stale entries past the used blocks are never read: the restored batch runs fine.
+  upload_all(b);
+  Status st = run_batch(b, b.topk_out.view(), Stream());
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  b.flags.download();
+  EXPECT_EQ(b.flags.get_flat(0), 0.0);
+}
+
+TEST(IndexTopkBadInput, ValuesPrefill) {
+  MSA_REQUIRE_TEST_DEVICE();
+  Batch b = make_batch(small_spec(0), test_device());
+  const IndexTopkPrefillArgs a = prefill_args(b);
+  const int64_t rows = b.rows;
+
+  b.cu_seqlens_q.set_flat(0, 1);
+  expect_bad_value(b, a, kDeviceErrorQueryLen, "cu_seqlens_q[0] != 0");
+  b.cu_seqlens_q.set_flat(0, 0);
+  b.cu_seqlens_q.set_flat(2, 3);
+  expect_bad_value(b, a, kDeviceErrorQueryLen, "decreasing cu_seqlens_q");
+  b.cu_seqlens_q.set_flat(2, 4);
+  b.cu_seqlens_q.set_flat(3, static_cast<double>(rows + 1));
+  expect_bad_value(b, a, kDeviceErrorQueryLen, "cu_seqlens_q beyond T");
+  b.cu_seqlens_q.set_flat(3, 6);
+  b.seq_lens.set_flat(2, 1);
+  expect_bad_value(b, a, kDeviceErrorQueryLen, "query rows > seq_len");
+  b.seq_lens.set_flat(2, -1);
+  expect_bad_value(b, a, kDeviceErrorSeqLen, "negative seq_len");
+  b.seq_lens.set_flat(2, 129);
+  b.block_table.set({0, 1}, 1 << 20);
+  expect_bad_value(b, a, kDeviceErrorBlockId, "block id >= num_blocks");
+  b.block_table.set({0, 1}, b.oracle_in.block_table[1]);
+
+  upload_all(b);
+  Status st = run_batch(b, b.topk_out.view(), Stream());
+  EXPECT_TRUE(st.ok()) << st.to_string();
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace msa
