@@ -1,0 +1,240 @@
+// CUDA backend of the indexer top-k ops (spec A2-A4, A8, A12).
+//
+// Work decomposition (two kernels, grids from shapes only, so captured graphs replay as the
+// batch contents change):
+//   1. index_score_kernel, grid (row tiles, ceil(max_blocks / blocks_per_cta)). Decode is
+//      memory-bound on the index keys (97% of the decode bytes at 128K), so each key is read
+//      exactly once per call: a CTA owns one request's rows (decode: its query_len rows; prefill:
+//      a tile of up to 32 / H rows, split at request boundaries) and a chunk of blocks, streams
+//      the keys with 16-byte (bf16) / 8-byte (e4m3) loads, and dots each with every (row, head)
+//      query of the tile. blocks_per_cta shrinks (8 -> 1) until the grid has about 8 CTAs per SM,
+//      so small batches still spread the stream over the whole GPU. CTAs whose blocks no row
+//      can see exit at once. Block maxima go to a workspace buffer [H, T, max_blocks] fp32.
+//   2. index_select_kernel, grid (T, H): exact radix selection of the min(topk, nvb) best keys
+//      (tier, score, lower id) and an ascending front-packed write, -1 padded.
+// Both kernels resolve rows through the same RowMap, so padding rows and rows of requests with
+// bad metadata are -1 everywhere. The scorer accumulates in fp32 in a fixed order (per lane in
+// dimension order, then a fixed xor butterfly over 8 lanes); results are bitwise repeatable.
+#include <cstdint>
+#include <string>
+
+#include "core/backends.h"
+#include "core/validate.h"
+#include "cuda/common.cuh"
+#include "cuda/index_topk_kernels.cuh"
+#include "msa/indexer.h"
+
+namespace msa {
+namespace cuda {
+namespace {
+
+// Both forms, with the row layout resolved (query_len > 0: decode; else prefill).
+struct IndexProblem {
+  IndexTopkParams params;
+  int query_len = 0;
+  TensorView index_q, index_cache, block_table, seq_lens, cu_seqlens_q, topk_out, error_flags;
+
+  int64_t rows() const { return index_q.shape[0]; }
+  int64_t heads() const { return index_q.shape[1]; }
+  int64_t head_dim() const { return index_q.shape[2]; }
+  int64_t max_blocks() const { return block_table.shape[1]; }
+};
+
+constexpr int64_t kScoreCtasWanted = 8 * 132;  // about 8 resident CTAs per H200 SM
+
+size_t score_buffer_bytes(const IndexProblem& pb) {
+  return detail::align_up(static_cast<size_t>(pb.heads() * pb.rows() * pb.max_blocks()) *
+                          sizeof(float));
+}
+
+int rows_per_tile(const IndexProblem& pb) {
+  if (pb.query_len > 0) return pb.query_len;
+  return static_cast<int>(kMaxScoreRowHeads / pb.heads());
+}
+
+Status check_supported(const IndexProblem& pb) {
+  const int64_t di = pb.head_dim();
+  const int64_t bs = pb.index_cache.shape[1];
+  if (di % 8 != 0 || di > kMaxIndexDim) {
+    return detail::not_supported("index_q: head dim " + std::to_string(di) +
+                                 " unsupported by the CUDA indexer (multiple of 8, at most 256)");
+  }
+  if (bs % 16 != 0) {
+    return detail::not_supported("index_cache: block size " + std::to_string(bs) +
+                                 " unsupported by the CUDA indexer (multiple of 16)");
+  }
+  const int64_t esize = dtype_size(pb.index_cache.dtype);
+  const uintptr_t align = static_cast<uintptr_t>(8 * esize);
+  if (reinterpret_cast<uintptr_t>(pb.index_cache.data) % align != 0 ||
+      pb.index_cache.strides[0] % 8 != 0 || pb.index_cache.strides[1] % 8 != 0) {
+    return detail::not_supported(
+        "index_cache: the CUDA indexer loads 8 elements at a time and needs the data pointer "
+        "aligned to " +
+        std::to_string(align) + " bytes and page/key strides multiple of 8");
+  }
+  if (pb.query_len > 0 && pb.query_len * pb.heads() > kMaxScoreRowHeads) {
+    return detail::not_supported(
+        "index_q: query_len * H_idx = " + std::to_string(pb.query_len * pb.heads()) +
+        " above the CUDA indexer's 32 query vectors per request");
+  }
+  if (pb.query_len == 0 && pb.heads() > kMaxScoreRowHeads) {
+    return detail::not_supported("index_q: " + std::to_string(pb.heads()) +
+                                 " index heads, the CUDA indexer supports at most 32");
+  }
+  if (pb.max_blocks() >= (int64_t{1} << 30)) {
+    return detail::not_supported("block_table: more than 2^30 block columns");
+  }
+  return Status::Ok();
+}
+
+template <typename CacheT>
+void launch_score(const IndexScoreParams& prm, int upl, dim3 grid, cudaStream_t stream) {
+  switch (upl) {
+    case 1:
+      index_score_kernel<CacheT, 1><<<grid, kScoreThreads, 0, stream>>>(prm);
+      break;
+    case 2:
+      index_score_kernel<CacheT, 2><<<grid, kScoreThreads, 0, stream>>>(prm);
+      break;
+    case 3:
+      index_score_kernel<CacheT, 3><<<grid, kScoreThreads, 0, stream>>>(prm);
+      break;
+    default:
+      index_score_kernel<CacheT, 4><<<grid, kScoreThreads, 0, stream>>>(prm);
+      break;
+  }
+}
+
+Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
+  MSA_RETURN_IF_ERROR(check_supported(pb));
+  MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, score_buffer_bytes(pb)));
+  const int64_t T = pb.rows();
+  if (T == 0) return Status::Ok();
+  const auto cuda_stream = static_cast<cudaStream_t>(stream.cuda_stream);
+
+  RowMap rows;
+  rows.seq_lens = pb.seq_lens.ptr<const int32_t>();
+  rows.seq_lens_stride = pb.seq_lens.strides[0];
+  if (pb.query_len == 0) {
+    rows.cu_seqlens_q = pb.cu_seqlens_q.ptr<const int32_t>();
+    rows.cu_stride = pb.cu_seqlens_q.strides[0];
+  }
+  rows.num_requests = static_cast<int32_t>(pb.seq_lens.shape[0]);
+  rows.query_len = pb.query_len > 0 ? pb.query_len : 1;
+  rows.num_rows = T;
+  rows.max_blocks = pb.max_blocks();
+  rows.block_size = static_cast<int32_t>(pb.index_cache.shape[1]);
+  int32_t* flags = pb.error_flags.defined() ? pb.error_flags.ptr<int32_t>() : nullptr;
+  auto* scores = static_cast<float*>(workspace.data);
+
+  const int rpt = rows_per_tile(pb);
+  const int64_t row_tiles = pb.query_len > 0 ? rows.num_requests : (T + rpt - 1) / rpt;
+  if (row_tiles > 0 && pb.max_blocks() > 0) {
+    int bpc = kMaxScoreBlocks;
+    while (bpc > 1 && row_tiles * ((pb.max_blocks() + bpc - 1) / bpc) < kScoreCtasWanted) {
+      bpc /= 2;
+    }
+    const int64_t chunks = (pb.max_blocks() + bpc - 1) / bpc;
+    if (row_tiles > 0x7FFFFFFF || chunks > 65535) {
+      return detail::not_supported("index_topk: batch too large for one CUDA grid (" +
+                                   std::to_string(row_tiles) + " row tiles x " +
+                                   std::to_string(chunks) + " block chunks)");
+    }
+    IndexScoreParams prm;
+    prm.index_q = pb.index_q.data;
+    prm.q_dtype = pb.index_q.dtype;
+    prm.q_stride_row = pb.index_q.strides[0];
+    prm.q_stride_head = pb.index_q.strides[1];
+    prm.q_stride_dim = pb.index_q.strides[2];
+    prm.cache = pb.index_cache.data;
+    prm.cache_stride_page = pb.index_cache.strides[0];
+    prm.cache_stride_key = pb.index_cache.strides[1];
+    prm.num_cache_blocks = pb.index_cache.shape[0];
+    prm.block_table = pb.block_table.ptr<const int32_t>();
+    prm.bt_stride_req = pb.block_table.strides[0];
+    prm.bt_stride_block = pb.block_table.strides[1];
+    prm.rows = rows;
+    prm.num_heads = static_cast<int32_t>(pb.heads());
+    prm.head_dim = static_cast<int32_t>(pb.head_dim());
+    prm.rows_per_tile = rpt;
+    prm.blocks_per_cta = bpc;
+    prm.scores = scores;
+    prm.error_flags = flags;
+    const int upl = static_cast<int>((pb.head_dim() / 8 + 7) / 8);
+    const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(chunks));
+    if (pb.index_cache.dtype == DType::kBF16) {
+      launch_score<__nv_bfloat16>(prm, upl, grid, cuda_stream);
+    } else {
+      launch_score<uint8_t>(prm, upl, grid, cuda_stream);
+    }
+    MSA_RETURN_IF_ERROR(launch_status("index_score_kernel"));
+  }
+
+  if (T > 0x7FFFFFFF || pb.heads() > 65535) {
+    return detail::not_supported("index_topk: too many rows or heads for one CUDA grid");
+  }
+  IndexSelectParams sel;
+  sel.scores = scores;
+  sel.rows = rows;
+  sel.topk = pb.params.topk;
+  sel.init_blocks = pb.params.init_blocks;
+  sel.local_blocks = pb.params.local_blocks;
+  sel.out = pb.topk_out.ptr<int32_t>();
+  sel.out_stride_head = pb.topk_out.strides[0];
+  sel.out_stride_row = pb.topk_out.strides[1];
+  sel.out_stride_col = pb.topk_out.strides[2];
+  sel.out_cols = pb.topk_out.shape[2];
+  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.heads()));
+  index_select_kernel<<<grid, kSelectThreads, 0, cuda_stream>>>(sel);
+  return launch_status("index_select_kernel");
+}
+
+IndexProblem decode_problem(const IndexTopkDecodeArgs& a) {
+  IndexProblem pb;
+  pb.params = a.params;
+  pb.query_len = a.query_len;
+  pb.index_q = a.index_q;
+  pb.index_cache = a.index_cache;
+  pb.block_table = a.block_table;
+  pb.seq_lens = a.seq_lens;
+  pb.topk_out = a.topk_out;
+  pb.error_flags = a.error_flags;
+  return pb;
+}
+
+IndexProblem prefill_problem(const IndexTopkPrefillArgs& a) {
+  IndexProblem pb;
+  pb.params = a.params;
+  pb.query_len = 0;
+  pb.index_q = a.index_q;
+  pb.index_cache = a.index_cache;
+  pb.block_table = a.block_table;
+  pb.seq_lens = a.seq_lens;
+  pb.cu_seqlens_q = a.cu_seqlens_q;
+  pb.topk_out = a.topk_out;
+  pb.error_flags = a.error_flags;
+  return pb;
+}
+
+}  // namespace
+
+Status workspace_size(const IndexTopkDecodeArgs& args, size_t* bytes) {
+  *bytes = score_buffer_bytes(decode_problem(args));
+  return Status::Ok();
+}
+
+Status run(const IndexTopkDecodeArgs& args, Workspace workspace, Stream stream) {
+  return run_problem(decode_problem(args), workspace, stream);
+}
+
+Status workspace_size(const IndexTopkPrefillArgs& args, size_t* bytes) {
+  *bytes = score_buffer_bytes(prefill_problem(args));
+  return Status::Ok();
+}
+
+Status run(const IndexTopkPrefillArgs& args, Workspace workspace, Stream stream) {
+  return run_problem(prefill_problem(args), workspace, stream);
+}
+
+}  // namespace cuda
+}  // namespace msa

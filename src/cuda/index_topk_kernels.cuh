@@ -1,0 +1,336 @@
+// Device code of the indexer (spec A2-A4, A12): a streaming block-score kernel and a
+// deterministic radix top-k selection kernel. Launchers and the work decomposition rationale
+// are in index_topk.cu.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "cuda/common.cuh"
+#include "cuda/row_map.cuh"
+
+namespace msa {
+namespace cuda {
+
+constexpr int kScoreThreads = 256;
+constexpr int kScoreWarps = kScoreThreads / 32;
+constexpr int kMaxScoreRowHeads = 32;  // (row, head) query vectors held by one score CTA
+constexpr int kMaxScoreBlocks = 8;     // blocks per score CTA
+constexpr int kMaxIndexDim = 256;
+constexpr int kSelectThreads = 256;
+
+struct IndexScoreParams {
+  const void* index_q;  // [T, H, Di]
+  DType q_dtype;
+  int64_t q_stride_row, q_stride_head, q_stride_dim;
+  const void* cache;  // [num_blocks, block_size, Di], 16-byte (bf16) / 8-byte (e4m3) aligned keys
+  int64_t cache_stride_page, cache_stride_key;
+  int64_t num_cache_blocks;
+  const int32_t* block_table;  // [num_requests, max_blocks]
+  int64_t bt_stride_req, bt_stride_block;
+  RowMap rows;
+  int32_t num_heads;
+  int32_t head_dim;
+  int32_t rows_per_tile;   // rows per CTA (decode: the query length, so a CTA is one request)
+  int32_t blocks_per_cta;  // <= kMaxScoreBlocks
+  float* scores;           // [H, T, max_blocks] block maxima; only visible blocks are written
+  int32_t* error_flags;
+};
+
+// 8 consecutive key elements -> floats. bf16 keys come as one 16-byte load, e4m3 as 8 bytes.
+__device__ __forceinline__ void key8_to_float(uint4 raw, float* f) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+  }
+}
+
+__device__ __forceinline__ void key8_to_float(uint2 raw, float* f) {
+  const uint32_t w[2] = {raw.x, raw.y};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>(w[i] >> (16 * j)), __NV_E4M3);
+      const float2 v = __half22float2(__half2(h));
+      f[4 * i + 2 * j] = v.x;
+      f[4 * i + 2 * j + 1] = v.y;
+    }
+  }
+}
+
+template <typename CacheT>
+struct IndexKeyLoad;
+template <>
+struct IndexKeyLoad<__nv_bfloat16> {
+  using Raw = uint4;
+};
+template <>
+struct IndexKeyLoad<uint8_t> {
+  using Raw = uint2;
+};
+
+// One CTA scores up to kMaxScoreBlocks consecutive blocks (blockIdx.y) for one tile of rows
+// (blockIdx.x). Every index key is loaded once and dotted with all (row, head) query vectors of
+// the tile, which sit in shared memory as floats. A warp handles 16-key tiles (4 lane groups x
+// KPI keys); each key is split over the 8 lanes of its group in 8-element units, reduced with a
+// fixed xor butterfly, so the fp32 result is the same on every run. Block maxima are exact, so
+// the shared-memory integer atomicMax over ordered floats is deterministic.
+template <typename CacheT, int UPL>
+__global__ void __launch_bounds__(kScoreThreads, 2) index_score_kernel(const IndexScoreParams prm) {
+  using Raw = typename IndexKeyLoad<CacheT>::Raw;
+  constexpr int KPI = UPL <= 2 ? 4 : 2;  // keys per lane group per tile (registers: KPI*UPL*8)
+  constexpr int kTileKeys = 4 * KPI;     // divides 16, hence every block size
+  __shared__ __align__(16) float q_s[kMaxScoreRowHeads * kMaxIndexDim];
+  __shared__ uint32_t block_max[kMaxScoreBlocks * kMaxScoreRowHeads];
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int sub = lane & 7, grp = lane >> 3;
+  const int H = prm.num_heads, Di = prm.head_dim, units = Di / 8;
+  const int64_t bs = prm.rows.block_size;
+  const int64_t T = prm.rows.num_rows;
+  const int64_t max_blocks = prm.rows.max_blocks;
+  const int64_t tile_start = static_cast<int64_t>(blockIdx.x) * prm.rows_per_tile;
+  const int64_t tile_end = min(T, tile_start + prm.rows_per_tile);
+  const int64_t b0 = static_cast<int64_t>(blockIdx.y) * prm.blocks_per_cta;
+  const int tiles_per_block = static_cast<int>(bs / kTileKeys);
+  const CacheT* cache = static_cast<const CacheT*>(prm.cache);
+
+  for (int64_t row0 = tile_start; row0 < tile_end;) {
+    const RowInfo info = resolve_row(
+        prm.rows, row0, (threadIdx.x == 0 && blockIdx.y == 0) ? prm.error_flags : nullptr);
+    const int64_t row1 = min(info.seg_end, tile_end);
+    const int64_t max_pos = info.pos_base + row1 - 1;  // the segment's last row sees the most
+    if (info.req < 0 || max_pos < b0 * bs) {
+      row0 = row1;
+      continue;
+    }
+    const int nrh = static_cast<int>(row1 - row0) * H;
+    const int nblk = static_cast<int>(min(b0 + prm.blocks_per_cta, max_pos / bs + 1) - b0);
+
+    __syncthreads();  // the previous segment is done with q_s and block_max
+    for (int i = threadIdx.x; i < nrh * Di; i += kScoreThreads) {
+      const int rh = i / Di, d = i - rh * Di;
+      const int64_t row = row0 + rh / H;
+      q_s[rh * Di + d] = load_as_float(
+          prm.index_q, prm.q_dtype,
+          row * prm.q_stride_row + (rh % H) * prm.q_stride_head + d * prm.q_stride_dim);
+    }
+    for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
+      block_max[i] = ordered_f32(-INFINITY);
+    }
+    __syncthreads();
+
+    const int ntiles = nblk * tiles_per_block;
+    for (int ti = warp; ti < ntiles; ti += kScoreWarps) {
+      const int bl = ti / tiles_per_block;
+      const int64_t b = b0 + bl;
+      const int64_t in_block = static_cast<int64_t>(ti - bl * tiles_per_block) * kTileKeys;
+      const int64_t key0 = b * bs + in_block;
+      if (key0 > max_pos) continue;  // warp-uniform: no row of the segment sees these keys
+      const int32_t page = prm.block_table[info.req * prm.bt_stride_req + b * prm.bt_stride_block];
+      if (page < 0 || page >= prm.num_cache_blocks) {
+        if (lane == 0 && in_block == 0) raise_error(prm.error_flags, kDeviceErrorBlockId);
+        continue;  // the block keeps score -inf
+      }
+      const CacheT* kbase =
+          cache + page * prm.cache_stride_page + (in_block + grp * KPI) * prm.cache_stride_key;
+      Raw raw[KPI][UPL];
+#pragma unroll
+      for (int k = 0; k < KPI; ++k) {
+#pragma unroll
+        for (int i = 0; i < UPL; ++i) {
+          const int u = sub + 8 * i;
+          if (u < units) {
+            raw[k][i] =
+                __ldg(reinterpret_cast<const Raw*>(kbase + k * prm.cache_stride_key + u * 8));
+          }
+        }
+      }
+      for (int rh = 0; rh < nrh; ++rh) {
+        const float* qr = q_s + rh * Di;
+        float qv[UPL * 8];
+#pragma unroll
+        for (int i = 0; i < UPL; ++i) {
+          const int u = sub + 8 * i;
+          float4 lo = make_float4(0.f, 0.f, 0.f, 0.f), hi = lo;
+          if (u < units) {
+            lo = *reinterpret_cast<const float4*>(qr + u * 8);
+            hi = *reinterpret_cast<const float4*>(qr + u * 8 + 4);
+          }
+          qv[i * 8 + 0] = lo.x;
+          qv[i * 8 + 1] = lo.y;
+          qv[i * 8 + 2] = lo.z;
+          qv[i * 8 + 3] = lo.w;
+          qv[i * 8 + 4] = hi.x;
+          qv[i * 8 + 5] = hi.y;
+          qv[i * 8 + 6] = hi.z;
+          qv[i * 8 + 7] = hi.w;
+        }
+        const int64_t pos = info.pos_base + row0 + rh / H;
+        float m = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < KPI; ++k) {
+          // Keys are converted here rather than once per tile: keeping only the raw words live
+          // halves the registers, and the conversion is one integer op per bf16 element.
+          float acc = 0.0f;
+#pragma unroll
+          for (int i = 0; i < UPL; ++i) {
+            if (sub + 8 * i < units) {
+              float kf[8];
+              key8_to_float(raw[k][i], kf);
+#pragma unroll
+              for (int e = 0; e < 8; ++e) acc = fmaf(qv[i * 8 + e], kf[e], acc);
+            }
+          }
+          acc += __shfl_xor_sync(0xFFFFFFFFu, acc, 1);
+          acc += __shfl_xor_sync(0xFFFFFFFFu, acc, 2);
+          acc += __shfl_xor_sync(0xFFFFFFFFu, acc, 4);
+          if (isnan(acc)) acc = -1e30f;  // spec A12
+          if (key0 + grp * KPI + k <= pos) m = fmaxf(m, acc);
+        }
+        m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 8));
+        m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 16));
+        if (lane == (rh & 31)) atomicMax(&block_max[bl * nrh + rh], ordered_f32(m));
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
+      const int bl = i / nrh, rh = i - bl * nrh;
+      const int64_t row = row0 + rh / H;
+      const int64_t pos = info.pos_base + row;
+      const int64_t b = b0 + bl;
+      if (pos >= 0 && b <= pos / bs) {
+        prm.scores[((rh % H) * T + row) * max_blocks + b] = unordered_f32(block_max[i]);
+      }
+    }
+    row0 = row1;
+  }
+}
+
+struct IndexSelectParams {
+  const float* scores;  // [H, T, max_blocks]
+  RowMap rows;
+  int32_t topk, init_blocks, local_blocks;
+  int32_t* out;  // [H, >= T, out_cols]
+  int64_t out_stride_head, out_stride_row, out_stride_col;
+  int64_t out_cols;
+};
+
+// Total order of spec A3 as one 64-bit key: tier (init 2 > local 1 > scored 0) in bits 62-63,
+// the ordered score in bits 30-61 (forced tiers use 0, so they tie), and 0x3FFFFFFF - block in
+// bits 0-29 so that equal scores go to the lower block id. Keys are distinct per block.
+__device__ __forceinline__ uint64_t selection_key(const float* scores, int64_t b, int64_t nvb,
+                                                  int32_t init_blocks, int32_t local_blocks) {
+  const uint64_t id_bits = 0x3FFFFFFFull - static_cast<uint64_t>(b);
+  if (b < init_blocks) return (2ull << 62) | id_bits;
+  if (b >= nvb - local_blocks) return (1ull << 62) | id_bits;
+  float s = scores[b];
+  if (isnan(s)) s = -1e30f;
+  if (s == 0.0f) s = 0.0f;  // -0 ties with +0
+  return (static_cast<uint64_t>(ordered_f32(s)) << 30) | id_bits;
+}
+
+// One CTA per (row, head). The K-th largest key is found exactly by an 8-bit radix descent
+// (integer histogram counts are order-independent, hence deterministic); the kept blocks are
+// then written in ascending id order by a block-wide exclusive scan over contiguous per-thread
+// ranges. Every column of the output row is written.
+__global__ void __launch_bounds__(kSelectThreads) index_select_kernel(const IndexSelectParams prm) {
+  __shared__ uint32_t hist[256];
+  __shared__ int32_t warp_sums[kSelectThreads / 32];
+  __shared__ uint32_t s_digit, s_remaining, s_done;
+  const int64_t row = blockIdx.x;
+  const int64_t h = blockIdx.y;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t T = prm.rows.num_rows;
+  const int64_t max_blocks = prm.rows.max_blocks;
+
+  const RowInfo info = resolve_row(prm.rows, row, nullptr);
+  const int64_t pos = info.pos_base + row;
+  const int64_t nvb = (info.req >= 0 && pos >= 0) ? pos / prm.rows.block_size + 1 : 0;
+  const int64_t kept = min(static_cast<int64_t>(prm.topk), nvb);
+  const float* scores = prm.scores + (h * T + row) * max_blocks;
+  const int64_t per_thread = (nvb + kSelectThreads - 1) / kSelectThreads;
+  const int64_t begin = min(nvb, tid * per_thread), end = min(nvb, begin + per_thread);
+
+  uint64_t threshold = 0;  // keep every block with key >= threshold
+  if (nvb > kept) {
+    uint64_t prefix = 0, mask = 0;
+    uint32_t remaining = static_cast<uint32_t>(kept);
+    for (int shift = 56; shift >= 0; shift -= 8) {
+      hist[tid] = 0;
+      __syncthreads();
+      for (int64_t b = begin; b < end; ++b) {
+        const uint64_t key = selection_key(scores, b, nvb, prm.init_blocks, prm.local_blocks);
+        if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], 1u);
+      }
+      __syncthreads();
+      if (warp == 0) {
+        // Lane l owns bins 255-8l down to 248-8l, so lane order is descending digit order.
+        uint32_t c[8], sum = 0;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          c[e] = hist[255 - 8 * lane - e];
+          sum += c[e];
+        }
+        uint32_t incl = sum;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+          const uint32_t v = __shfl_up_sync(0xFFFFFFFFu, incl, off);
+          if (lane >= off) incl += v;
+        }
+        uint32_t above = incl - sum;
+        if (above < remaining && remaining <= incl) {
+          for (int e = 0; e < 8; ++e) {
+            if (above + c[e] >= remaining) {
+              s_digit = 255 - 8 * lane - e;
+              s_remaining = remaining - above;
+              s_done = (c[e] == remaining - above) ? 1u : 0u;
+              break;
+            }
+            above += c[e];
+          }
+        }
+      }
+      __syncthreads();
+      prefix |= static_cast<uint64_t>(s_digit) << shift;
+      mask |= 0xFFull << shift;
+      remaining = s_remaining;
+      if (s_done) break;
+    }
+    threshold = prefix;
+  }
+
+  int32_t count = 0;
+  for (int64_t b = begin; b < end; ++b) {
+    count += selection_key(scores, b, nvb, prm.init_blocks, prm.local_blocks) >= threshold;
+  }
+  int32_t incl = count;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const int32_t v = __shfl_up_sync(0xFFFFFFFFu, incl, off);
+    if (lane >= off) incl += v;
+  }
+  if (lane == 31) warp_sums[warp] = incl;
+  __syncthreads();
+  int64_t offset = incl - count;
+  for (int w = 0; w < warp; ++w) offset += warp_sums[w];
+
+  int32_t* out = prm.out + h * prm.out_stride_head + row * prm.out_stride_row;
+  for (int64_t b = begin; b < end; ++b) {
+    if (selection_key(scores, b, nvb, prm.init_blocks, prm.local_blocks) >= threshold) {
+      out[offset++ * prm.out_stride_col] = static_cast<int32_t>(b);
+    }
+  }
+  for (int64_t c = kept + tid; c < prm.out_cols; c += kSelectThreads) {
+    out[c * prm.out_stride_col] = -1;
+  }
+}
+
+}  // namespace cuda
+}  // namespace msa

@@ -1,0 +1,90 @@
+// Maps a query row of a decode or prefill batch to its request and absolute position (spec A8),
+// validating the batch metadata it reads. Shared by the indexer and sparse-attention kernels so
+// that every kernel of a call agrees on which rows are live.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common.cuh"
+
+namespace msa {
+namespace cuda {
+
+struct RowMap {
+  const int32_t* seq_lens = nullptr;  // [num_requests]
+  int64_t seq_lens_stride = 1;
+  const int32_t* cu_seqlens_q = nullptr;  // [num_requests + 1]; null for a decode batch
+  int64_t cu_stride = 1;
+  int32_t num_requests = 0;
+  int32_t query_len = 1;   // decode rows per request
+  int64_t num_rows = 0;    // T
+  int64_t max_blocks = 0;  // block-table columns
+  int32_t block_size = 128;
+};
+
+// req < 0: the row attends to nothing (padding, or metadata that failed validation).
+// Row r of the request is at position pos_base + r. Rows [row, seg_end) share the request.
+struct RowInfo {
+  int32_t req;
+  int64_t pos_base;
+  int64_t seg_end;
+};
+
+// `flags` may be null (callers pass it from one thread only, to keep the atomics few).
+__device__ inline RowInfo resolve_row(const RowMap& m, int64_t row, int32_t* flags) {
+  const int64_t bs = m.block_size;
+  if (m.cu_seqlens_q == nullptr) {
+    const int64_t req = row / m.query_len;
+    if (req >= m.num_requests) return RowInfo{-1, 0, m.num_rows};
+    const int64_t seg_end = min((req + 1) * m.query_len, m.num_rows);
+    const int64_t s = m.seq_lens[req * m.seq_lens_stride];
+    if (s < 0 || (s + bs - 1) / bs > m.max_blocks) {
+      raise_error(flags, kDeviceErrorSeqLen);
+      return RowInfo{-1, 0, seg_end};
+    }
+    return RowInfo{static_cast<int32_t>(req), s - m.query_len - req * m.query_len, seg_end};
+  }
+  const int64_t last = m.cu_seqlens_q[static_cast<int64_t>(m.num_requests) * m.cu_stride];
+  if (row >= last) return RowInfo{-1, 0, m.num_rows};
+  // Last request b with cu[b] <= row; the bracket is re-checked below because the values are
+  // untrusted (a decreasing cu_seqlens_q makes the search meaningless, not unsafe).
+  int32_t lo = 0, hi = m.num_requests - 1;
+  while (lo < hi) {
+    const int32_t mid = (lo + hi + 1) / 2;
+    if (m.cu_seqlens_q[mid * m.cu_stride] <= row) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const int64_t a = m.cu_seqlens_q[lo * m.cu_stride];
+  const int64_t b = m.cu_seqlens_q[(lo + 1) * m.cu_stride];
+  if (a > row || b <= row || b > m.num_rows) {
+    raise_error(flags, kDeviceErrorQueryLen);
+    return RowInfo{-1, 0, row + 1};
+  }
+  const int64_t s = m.seq_lens[lo * m.seq_lens_stride];
+  if (s < 0 || (s + bs - 1) / bs > m.max_blocks) {
+    raise_error(flags, kDeviceErrorSeqLen);
+    return RowInfo{-1, 0, b};
+  }
+  if (b - a > s) {
+    raise_error(flags, kDeviceErrorQueryLen);
+    return RowInfo{-1, 0, b};
+  }
+  return RowInfo{lo, s - (b - a) - a, b};
+}
+
+// Monotone map of a float onto uint32 (larger float -> larger integer), for exact max via
+// integer atomics and for sort keys.
+__device__ __forceinline__ uint32_t ordered_f32(float x) {
+  const uint32_t u = __float_as_uint(x);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ float unordered_f32(uint32_t o) {
+  return __uint_as_float((o & 0x80000000u) ? (o & 0x7FFFFFFFu) : ~o);
+}
+
+}  // namespace cuda
+}  // namespace msa
