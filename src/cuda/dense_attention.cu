@@ -1,0 +1,409 @@
+// CUDA backend of dense causal GQA attention over the paged cache (layers 0-2).
+//
+// One CTA per (query row, KV head) serves all G = Hq / Hkv q heads of the group, so each K/V
+// tile is read from the cache once for the whole group. Four warps; warp w owns heads
+// w, w + 4, w + 8, w + 12 (G <= 16). Keys are visited in ascending order in tiles of 32, one
+// key per lane:
+//   1. lanes 0-31 resolve their key's page (block table), cache offsets and fp8 scales;
+//   2. the CTA stages the K and V tiles in shared memory as fp32, dequantised exactly like the
+//      CPU reference (x = float(stored) * scale; masked keys are stored as zeros);
+//   3. each warp computes the 32 scores of its heads (lane j: key j), then an fp32 online
+//      softmax in base 2 whose max and sum are warp butterfly reductions;
+//   4. each lane accumulates dims lane + 32 e of its heads' outputs.
+// Every reduction has a fixed order, so results are bitwise reproducible run to run.
+// Bad values are flagged and skipped: a row whose request is inconsistent (cu_seqlens_q,
+// seq_lens) is written as an empty row (zeros, lse -inf); a key whose page is outside
+// [0, num_blocks) is left out of the softmax.
+#include <cmath>
+#include <string>
+
+#include "core/backends.h"
+#include "core/validate.h"
+#include "cuda/common.cuh"
+
+namespace msa {
+namespace cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kTileKeys = 32;
+constexpr int kChunk = 8;  // elements per staging load
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct DenseParams {
+  const void* q;
+  DType q_dtype;
+  int64_t q_s0, q_s1;
+  const void* k;
+  const void* v;
+  DType kv_dtype;
+  int64_t k_s[3], v_s[3];  // page, head, offset strides
+  bool vec_kv;             // 8-element chunks of K and V rows may be loaded as one word
+  KvScaleMode scale_mode;
+  const float* k_scale;
+  const float* v_scale;
+  int64_t ks_s0, ks_s1, vs_s0, vs_s1;
+  int64_t num_blocks;
+  int block_size;
+  const int32_t* block_table;
+  int64_t bt_s0, bt_s1, max_blocks;
+  const int32_t* cu;
+  int64_t cu_s0;
+  const int32_t* seq_lens;
+  int64_t sl_s0;
+  int64_t num_requests;
+  void* out;
+  DType out_dtype;
+  int64_t o_s0, o_s1;
+  float* lse;
+  int64_t lse_s0, lse_s1;
+  int64_t num_rows;
+  int group;
+  float scale_log2;  // softmax_scale * log2(e)
+  int32_t* error_flags;
+};
+
+// Request and position of row t; request -1 for rows past the batch and for rows of an
+// inconsistent request (flagged).
+__device__ void row_info(const DenseParams& p, int64_t t, int64_t* request, int64_t* pos) {
+  *request = -1;
+  *pos = -1;
+  const int64_t total = p.cu[p.num_requests * p.cu_s0];
+  if (p.num_requests == 0 || t >= total || p.cu[0] > t) return;
+  int64_t lo = 0, hi = p.num_requests;  // last b with cu[b] <= t
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (p.cu[mid * p.cu_s0] <= t) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  const int64_t begin = p.cu[lo * p.cu_s0], end = p.cu[(lo + 1) * p.cu_s0];
+  const int64_t s = p.seq_lens[lo * p.sl_s0];
+  if (s < 0 || (s + p.block_size - 1) / p.block_size > p.max_blocks) {
+    raise_error(p.error_flags, kDeviceErrorSeqLen);
+    return;
+  }
+  if (p.cu[0] != 0 || t >= end || end > p.num_rows || end - begin > s) {
+    raise_error(p.error_flags, kDeviceErrorQueryLen);
+    return;
+  }
+  *request = lo;
+  *pos = s - (end - begin) + (t - begin);
+}
+
+__device__ __forceinline__ float key_scale(const float* scale, KvScaleMode mode, int64_t s0,
+                                           int64_t s1, int64_t g, int64_t slot) {
+  if (mode == KvScaleMode::kPerLayer) return scale[0];
+  if (mode == KvScaleMode::kPerTokenHead) return scale[g * s0 + slot * s1];
+  return 1.0f;
+}
+
+// Loads kChunk contiguous cache elements as fp32.
+__device__ __forceinline__ void load_chunk(const void* base, DType dt, int64_t off, bool vec,
+                                           float (&x)[kChunk]) {
+  if (dt == DType::kE4M3) {
+    const uint8_t* src = static_cast<const uint8_t*>(base) + off;
+    uint8_t b[kChunk];
+    if (vec) {
+      *reinterpret_cast<uint2*>(b) = *reinterpret_cast<const uint2*>(src);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) b[i] = src[i];
+    }
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) x[i] = load_as_float(b, DType::kE4M3, i);
+    return;
+  }
+  const uint16_t* src = static_cast<const uint16_t*>(base) + off;
+  uint16_t b[kChunk];
+  if (vec) {
+    *reinterpret_cast<uint4*>(b) = *reinterpret_cast<const uint4*>(src);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) b[i] = src[i];
+  }
+#pragma unroll
+  for (int i = 0; i < kChunk; ++i) x[i] = load_as_float(b, dt, i);
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+// DV = head_dim / 32 dims per lane; HPW = heads per warp (ceil(G / 4)).
+template <int DV, int HPW>
+__global__ void __launch_bounds__(kThreads) dense_attention_kernel(DenseParams p) {
+  constexpr int D = DV * 32;
+  constexpr int kPitch = D + 4;  // floats per staged K/V row: keeps float4 reads conflict-free
+  extern __shared__ float4 smem_f4[];
+  float* q_s = reinterpret_cast<float*>(smem_f4);  // [kWarps * HPW][D]
+  float* k_s = q_s + kWarps * HPW * D;             // [kTileKeys][kPitch]
+  float* v_s = k_s + kTileKeys * kPitch;           // [kTileKeys][kPitch]
+  __shared__ int64_t s_koff[kTileKeys], s_voff[kTileKeys];
+  __shared__ float s_kscale[kTileKeys], s_vscale[kTileKeys];
+  __shared__ int s_ok[kTileKeys];
+
+  const int64_t t = blockIdx.x;
+  const int g = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int64_t request, pos;
+  row_info(p, t, &request, &pos);
+
+  // q of the group; heads beyond G are zero and never used.
+  for (int i = threadIdx.x; i < kWarps * HPW * D; i += kThreads) {
+    const int h = i / D, d = i % D;
+    q_s[i] = (h < p.group && pos >= 0)
+                 ? load_as_float(p.q, p.q_dtype,
+                                 t * p.q_s0 + (static_cast<int64_t>(g) * p.group + h) * p.q_s1 + d)
+                 : 0.0f;
+  }
+
+  float m[HPW], l[HPW], acc[HPW][DV];
+#pragma unroll
+  for (int i = 0; i < HPW; ++i) {
+    m[i] = -INFINITY;
+    l[i] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < DV; ++e) acc[i][e] = 0.0f;
+  }
+
+  for (int64_t tile0 = 0; tile0 <= pos; tile0 += kTileKeys) {
+    __syncthreads();  // the previous tile (and q on the first pass) is no longer being read
+    if (threadIdx.x < kTileKeys) {
+      const int64_t j = tile0 + threadIdx.x;
+      int ok = 0;
+      if (j <= pos) {
+        const int64_t blk = j / p.block_size, off = j % p.block_size;
+        const int64_t page = p.block_table[request * p.bt_s0 + blk * p.bt_s1];
+        if (page < 0 || page >= p.num_blocks) {
+          raise_error(p.error_flags, kDeviceErrorBlockId);
+        } else {
+          ok = 1;
+          s_koff[threadIdx.x] = page * p.k_s[0] + g * p.k_s[1] + off * p.k_s[2];
+          s_voff[threadIdx.x] = page * p.v_s[0] + g * p.v_s[1] + off * p.v_s[2];
+          const int64_t slot = page * p.block_size + off;
+          s_kscale[threadIdx.x] = key_scale(p.k_scale, p.scale_mode, p.ks_s0, p.ks_s1, g, slot);
+          s_vscale[threadIdx.x] = key_scale(p.v_scale, p.scale_mode, p.vs_s0, p.vs_s1, g, slot);
+        }
+      }
+      s_ok[threadIdx.x] = ok;
+    }
+    __syncthreads();
+    constexpr int kChunksPerRow = D / kChunk;
+    for (int c = threadIdx.x; c < kTileKeys * kChunksPerRow; c += kThreads) {
+      const int j = c / kChunksPerRow, e0 = (c % kChunksPerRow) * kChunk;
+      float kx[kChunk], vx[kChunk];
+      if (s_ok[j]) {
+        load_chunk(p.k, p.kv_dtype, s_koff[j] + e0, p.vec_kv, kx);
+        load_chunk(p.v, p.kv_dtype, s_voff[j] + e0, p.vec_kv, vx);
+        if (p.scale_mode != KvScaleMode::kNone) {
+#pragma unroll
+          for (int i = 0; i < kChunk; ++i) {
+            kx[i] *= s_kscale[j];
+            vx[i] *= s_vscale[j];
+          }
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kChunk; ++i) kx[i] = vx[i] = 0.0f;
+      }
+      float4* kd = reinterpret_cast<float4*>(k_s + j * kPitch + e0);
+      float4* vd = reinterpret_cast<float4*>(v_s + j * kPitch + e0);
+      kd[0] = make_float4(kx[0], kx[1], kx[2], kx[3]);
+      kd[1] = make_float4(kx[4], kx[5], kx[6], kx[7]);
+      vd[0] = make_float4(vx[0], vx[1], vx[2], vx[3]);
+      vd[1] = make_float4(vx[4], vx[5], vx[6], vx[7]);
+    }
+    __syncthreads();
+
+    // Scores of key `lane` for this warp's heads (base-2 logits).
+    float prob[HPW];
+    const bool key_ok = s_ok[lane] != 0;
+    const float4* krow = reinterpret_cast<const float4*>(k_s + lane * kPitch);
+#pragma unroll
+    for (int i = 0; i < HPW; ++i) {
+      const int h = warp + kWarps * i;
+      prob[i] = 0.0f;
+      if (h >= p.group) continue;  // warp-uniform
+      const float4* qrow = reinterpret_cast<const float4*>(q_s + h * D);
+      float dot = 0.0f;
+#pragma unroll 8
+      for (int d4 = 0; d4 < D / 4; ++d4) {
+        const float4 a = qrow[d4], b = krow[d4];
+        dot = fmaf(a.x, b.x, dot);
+        dot = fmaf(a.y, b.y, dot);
+        dot = fmaf(a.z, b.z, dot);
+        dot = fmaf(a.w, b.w, dot);
+      }
+      const float s = key_ok ? dot * p.scale_log2 : -INFINITY;
+      const float m_new = fmaxf(m[i], warp_max(s));
+      if (m_new == -INFINITY) continue;  // no key so far: nothing to add
+      const float alpha = exp2f(m[i] - m_new);
+      prob[i] = exp2f(s - m_new);
+      l[i] = l[i] * alpha + warp_sum(prob[i]);
+      m[i] = m_new;
+#pragma unroll
+      for (int e = 0; e < DV; ++e) acc[i][e] *= alpha;
+    }
+    for (int jj = 0; jj < kTileKeys; ++jj) {
+      float vv[DV];
+#pragma unroll
+      for (int e = 0; e < DV; ++e) vv[e] = v_s[jj * kPitch + lane + 32 * e];
+#pragma unroll
+      for (int i = 0; i < HPW; ++i) {
+        const float pj = __shfl_sync(0xffffffffu, prob[i], jj);
+#pragma unroll
+        for (int e = 0; e < DV; ++e) acc[i][e] = fmaf(pj, vv[e], acc[i][e]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < HPW; ++i) {
+    const int h = warp + kWarps * i;
+    if (h >= p.group) continue;
+    const int64_t hq = static_cast<int64_t>(g) * p.group + h;
+    const bool has_keys = l[i] > 0.0f;
+    const float inv_l = has_keys ? 1.0f / l[i] : 0.0f;
+#pragma unroll
+    for (int e = 0; e < DV; ++e) {
+      store_from_float(p.out, p.out_dtype, t * p.o_s0 + hq * p.o_s1 + lane + 32 * e,
+                       has_keys ? acc[i][e] * inv_l : 0.0f);
+    }
+    if (p.lse != nullptr && lane == 0) {
+      p.lse[t * p.lse_s0 + hq * p.lse_s1] = has_keys ? m[i] * kLn2 + logf(l[i]) : -INFINITY;
+    }
+  }
+}
+
+template <int DV, int HPW>
+Status launch(const DenseParams& p, int64_t num_kv_heads, Stream stream) {
+  constexpr int D = DV * 32;
+  const size_t smem =
+      (static_cast<size_t>(kWarps) * HPW * D + 2 * kTileKeys * (D + 4)) * sizeof(float);
+  auto kernel = dense_attention_kernel<DV, HPW>;
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem));
+    if (e != cudaSuccess) {
+      return Status(StatusCode::kCudaError,
+                    std::string("dense_attention_kernel: ") + cudaGetErrorString(e));
+    }
+  }
+  const dim3 grid(static_cast<unsigned int>(p.num_rows), static_cast<unsigned int>(num_kv_heads));
+  kernel<<<grid, kThreads, smem, stream_of(stream)>>>(p);
+  return launch_status("dense_attention_kernel");
+}
+
+template <int DV>
+Status launch_dv(const DenseParams& p, int64_t num_kv_heads, Stream stream) {
+  if (p.group <= 4) return launch<DV, 1>(p, num_kv_heads, stream);
+  if (p.group <= 8) return launch<DV, 2>(p, num_kv_heads, stream);
+  return launch<DV, 4>(p, num_kv_heads, stream);
+}
+
+}  // namespace
+
+Status workspace_size(const DenseAttentionArgs&, size_t* bytes) {
+  *bytes = 0;
+  return Status::Ok();
+}
+
+Status run(const DenseAttentionArgs& args, Workspace, Stream stream) {
+  const KvCacheView& kv = args.kv_cache;
+  const int64_t d = kv.head_dim();
+  const int64_t hq = args.q.shape[1], hkv = kv.num_kv_heads();
+  const int64_t group = hq / hkv;
+  if (d != 64 && d != 128 && d != 256) {
+    return detail::not_supported("dense_attention (CUDA): head_dim " + std::to_string(d) +
+                                 " is not supported; the kernel is built for 64, 128 and 256");
+  }
+  if (group > 16) {
+    return detail::not_supported("dense_attention (CUDA): " + std::to_string(group) +
+                                 " q heads per KV head; the kernel serves at most 16");
+  }
+  if (hkv > 65535) {
+    return detail::not_supported("dense_attention (CUDA): more than 65535 KV heads");
+  }
+  if (args.q.shape[0] > 0x7fffffff) {
+    return detail::not_supported("dense_attention (CUDA): more than 2^31 - 1 query rows");
+  }
+
+  DenseParams p{};
+  p.q = args.q.data;
+  p.q_dtype = args.q.dtype;
+  p.q_s0 = args.q.strides[0];
+  p.q_s1 = args.q.strides[1];
+  p.k = kv.k.data;
+  p.v = kv.v.data;
+  p.kv_dtype = kv.k.dtype;
+  for (int i = 0; i < 3; ++i) {
+    p.k_s[i] = kv.k.strides[i];
+    p.v_s[i] = kv.v.strides[i];
+  }
+  const size_t chunk_bytes = static_cast<size_t>(kChunk * dtype_size(kv.k.dtype));
+  bool vec = is_aligned(kv.k.data, chunk_bytes) && is_aligned(kv.v.data, chunk_bytes);
+  for (int i = 0; i < 3; ++i) vec = vec && p.k_s[i] % kChunk == 0 && p.v_s[i] % kChunk == 0;
+  p.vec_kv = vec;
+  p.scale_mode = kv.scale_mode;
+  if (kv.scale_mode != KvScaleMode::kNone) {
+    p.k_scale = kv.k_scale.ptr<const float>();
+    p.v_scale = kv.v_scale.ptr<const float>();
+    if (kv.scale_mode == KvScaleMode::kPerTokenHead) {
+      p.ks_s0 = kv.k_scale.strides[0];
+      p.ks_s1 = kv.k_scale.strides[1];
+      p.vs_s0 = kv.v_scale.strides[0];
+      p.vs_s1 = kv.v_scale.strides[1];
+    }
+  }
+  p.num_blocks = kv.num_blocks();
+  p.block_size = static_cast<int>(kv.block_size());
+  p.block_table = args.block_table.ptr<const int32_t>();
+  p.bt_s0 = args.block_table.strides[0];
+  p.bt_s1 = args.block_table.strides[1];
+  p.max_blocks = args.block_table.shape[1];
+  p.cu = args.cu_seqlens_q.ptr<const int32_t>();
+  p.cu_s0 = args.cu_seqlens_q.strides[0];
+  p.seq_lens = args.seq_lens.ptr<const int32_t>();
+  p.sl_s0 = args.seq_lens.strides[0];
+  p.num_requests = args.block_table.shape[0];
+  p.out = args.out.data;
+  p.out_dtype = args.out.dtype;
+  p.o_s0 = args.out.strides[0];
+  p.o_s1 = args.out.strides[1];
+  if (args.lse.defined()) {
+    p.lse = args.lse.ptr<float>();
+    p.lse_s0 = args.lse.strides[0];
+    p.lse_s1 = args.lse.strides[1];
+  }
+  p.num_rows = args.q.shape[0];
+  p.group = static_cast<int>(group);
+  const float scale =
+      args.softmax_scale != 0.0f ? args.softmax_scale : 1.0f / std::sqrt(static_cast<float>(d));
+  p.scale_log2 = scale * kLog2e;
+  p.error_flags = args.error_flags.defined() ? args.error_flags.ptr<int32_t>() : nullptr;
+  if (p.num_rows == 0 || hkv == 0) return Status::Ok();
+  switch (d) {
+    case 64:
+      return launch_dv<2>(p, hkv, stream);
+    case 128:
+      return launch_dv<4>(p, hkv, stream);
+    default:
+      return launch_dv<8>(p, hkv, stream);
+  }
+}
+
+}  // namespace cuda
+}  // namespace msa
