@@ -1,0 +1,284 @@
+// CUDA backend of sparse attention, decode and prefill forms (spec A5, A7, A8).
+//
+// Work decomposition: one CTA (4 warps) per (query row, KV head, chunk of 16 q heads, split).
+// The G q heads of a KV head share every K/V load by forming the M dimension of
+// mma.sync.m16n8k16 (G = 16 fills it; G = 8 at TP8 pads with zero rows), so the cache bytes of a
+// row are read once per CTA, not once per head. Operands go from global memory straight into
+// MMA fragments (see the layout note in sparse_attention_kernels.cuh): no shared-memory staging,
+// no CTA barriers in the main loop, and each warp is an independent online softmax over every
+// fourth 16-key subtile, so 4 independent load streams per CTA hide latency.
+//
+// Split-K: a row has at most topk_width * block_size / 16 subtiles (128 at top-16, block 128).
+// When rows * KV heads * head chunks gives fewer than ~2 CTAs per SM (small decode batches),
+// that range is cut into `splits` equal pieces (a multiple of 4 subtiles each) computed from
+// shapes only; each split writes a normalised partial and its log2-sum-exp to the workspace, and
+// a merge kernel combines them in ascending split order. Grids depend only on shapes, so CUDA
+// graphs replay correctly when the batch contents change, and the reduction order is fixed, so
+// results are bitwise repeatable.
+//
+// Numerics (documented deviations from the fp32 CPU reference): Q is rounded to the MMA type
+// (bf16, or f16 for an f16 cache), fp8 K/V are dequantised (value * scale) and rounded to bf16,
+// and the probabilities P are rounded to the MMA type before P.V; logits, the online softmax,
+// the accumulators and the merges are fp32.
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "core/backends.h"
+#include "core/validate.h"
+#include "cuda/common.cuh"
+#include "cuda/sparse_attention_kernels.cuh"
+#include "msa/attention.h"
+
+namespace msa {
+namespace cuda {
+namespace {
+
+constexpr int64_t kAttnCtasWanted = 2 * 132;  // about 2 resident CTAs per H200 SM
+
+// Both forms, with the row layout resolved (query_len > 0: decode; else prefill).
+struct AttnProblem {
+  int query_len = 0;
+  float softmax_scale = 0.0f;
+  TensorView q;
+  KvCacheView kv;
+  TensorView block_table, seq_lens, cu_seqlens_q, topk, out, lse, error_flags;
+
+  int64_t rows() const { return q.shape[0]; }
+  int64_t q_heads() const { return q.shape[1]; }
+  int64_t head_dim() const { return q.shape[2]; }
+  int64_t kv_heads() const { return kv.num_kv_heads(); }
+  int64_t group() const { return q_heads() / kv_heads(); }
+  int64_t head_chunks() const { return (group() + kAttnHeads - 1) / kAttnHeads; }
+};
+
+struct AttnPlan {
+  int64_t splits = 1;
+  int64_t subtiles_per_split = 0;
+};
+
+AttnPlan plan(const AttnProblem& pb) {
+  AttnPlan p;
+  const int64_t max_sub = pb.topk.shape[2] * (pb.kv.block_size() / 16);
+  const int64_t ctas = pb.rows() * pb.kv_heads() * pb.head_chunks();
+  p.subtiles_per_split = max_sub;
+  if (ctas == 0 || ctas >= kAttnCtasWanted || max_sub <= kAttnWarps) return p;
+  const int64_t want = (kAttnCtasWanted + ctas - 1) / ctas;
+  int64_t per = (max_sub + want - 1) / want;
+  per = (per + kAttnWarps - 1) / kAttnWarps * kAttnWarps;
+  p.subtiles_per_split = per;
+  p.splits = (max_sub + per - 1) / per;
+  return p;
+}
+
+size_t partial_out_bytes(const AttnProblem& pb, const AttnPlan& p) {
+  return detail::align_up(static_cast<size_t>(p.splits * pb.rows() * pb.q_heads() * pb.head_dim()) *
+                          sizeof(float));
+}
+
+size_t workspace_bytes(const AttnProblem& pb) {
+  const AttnPlan p = plan(pb);
+  if (p.splits == 1) return 0;
+  return partial_out_bytes(pb, p) +
+         detail::align_up(static_cast<size_t>(p.splits * pb.rows() * pb.q_heads()) * sizeof(float));
+}
+
+Status check_supported(const AttnProblem& pb) {
+  const int64_t d = pb.head_dim(), bs = pb.kv.block_size();
+  if (d != 64 && d != 128) {
+    return detail::not_supported("q: head_dim " + std::to_string(d) +
+                                 " unsupported by the CUDA sparse attention (64 or 128)");
+  }
+  if (bs % 16 != 0) {
+    return detail::not_supported("kv_cache: block size " + std::to_string(bs) +
+                                 " unsupported by the CUDA sparse attention (multiple of 16)");
+  }
+  if (pb.topk.shape[2] > kMaxTopkWidth) {
+    return detail::not_supported("topk: width " + std::to_string(pb.topk.shape[2]) +
+                                 " above the CUDA sparse attention's 256");
+  }
+  const int64_t esize = dtype_size(pb.kv.k.dtype);
+  const uintptr_t align = static_cast<uintptr_t>(8 * esize);
+  for (const TensorView* side : {&pb.kv.k, &pb.kv.v}) {
+    if (reinterpret_cast<uintptr_t>(side->data) % align != 0 || side->strides[0] % 8 != 0 ||
+        side->strides[1] % 8 != 0 || side->strides[2] % 8 != 0) {
+      return detail::not_supported(
+          "kv_cache: the CUDA sparse attention loads 8 elements at a time and needs K and V "
+          "aligned to " +
+          std::to_string(align) + " bytes with page, head and token strides multiple of 8");
+    }
+  }
+  const AttnPlan p = plan(pb);
+  if (pb.rows() > 0x7FFFFFFF || pb.kv_heads() * pb.head_chunks() > 65535 || p.splits > 65535 ||
+      pb.q_heads() > 65535) {
+    return detail::not_supported("sparse attention: batch too large for one CUDA grid");
+  }
+  return Status::Ok();
+}
+
+template <typename CacheT>
+void launch_attention(const SparseAttnParams& prm, int64_t head_dim, dim3 grid,
+                      cudaStream_t stream) {
+  if (head_dim == 64) {
+    sparse_attention_kernel<CacheT, 64><<<grid, kAttnThreads, 0, stream>>>(prm);
+  } else {
+    sparse_attention_kernel<CacheT, 128><<<grid, kAttnThreads, 0, stream>>>(prm);
+  }
+}
+
+Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
+  MSA_RETURN_IF_ERROR(check_supported(pb));
+  MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, workspace_bytes(pb)));
+  const int64_t T = pb.rows();
+  if (T == 0) return Status::Ok();
+  const auto cuda_stream = static_cast<cudaStream_t>(stream.cuda_stream);
+  const AttnPlan p = plan(pb);
+
+  SparseAttnParams prm;
+  prm.q = pb.q.data;
+  prm.q_dtype = pb.q.dtype;
+  prm.q_stride_row = pb.q.strides[0];
+  prm.q_stride_head = pb.q.strides[1];
+  prm.k = pb.kv.k.data;
+  prm.v = pb.kv.v.data;
+  prm.k_stride_page = pb.kv.k.strides[0];
+  prm.k_stride_head = pb.kv.k.strides[1];
+  prm.k_stride_tok = pb.kv.k.strides[2];
+  prm.v_stride_page = pb.kv.v.strides[0];
+  prm.v_stride_head = pb.kv.v.strides[1];
+  prm.v_stride_tok = pb.kv.v.strides[2];
+  prm.num_cache_blocks = pb.kv.num_blocks();
+  prm.scale_mode = pb.kv.scale_mode;
+  prm.k_scale = nullptr;
+  prm.v_scale = nullptr;
+  prm.ks_stride_head = prm.ks_stride_slot = prm.vs_stride_head = prm.vs_stride_slot = 0;
+  if (pb.kv.scale_mode != KvScaleMode::kNone) {
+    prm.k_scale = pb.kv.k_scale.ptr<const float>();
+    prm.v_scale = pb.kv.v_scale.ptr<const float>();
+  }
+  if (pb.kv.scale_mode == KvScaleMode::kPerTokenHead) {
+    prm.ks_stride_head = pb.kv.k_scale.strides[0];
+    prm.ks_stride_slot = pb.kv.k_scale.strides[1];
+    prm.vs_stride_head = pb.kv.v_scale.strides[0];
+    prm.vs_stride_slot = pb.kv.v_scale.strides[1];
+  }
+  prm.block_table = pb.block_table.ptr<const int32_t>();
+  prm.bt_stride_req = pb.block_table.strides[0];
+  prm.bt_stride_block = pb.block_table.strides[1];
+  RowMap rows;
+  rows.seq_lens = pb.seq_lens.ptr<const int32_t>();
+  rows.seq_lens_stride = pb.seq_lens.strides[0];
+  if (pb.query_len == 0) {
+    rows.cu_seqlens_q = pb.cu_seqlens_q.ptr<const int32_t>();
+    rows.cu_stride = pb.cu_seqlens_q.strides[0];
+  }
+  rows.num_requests = static_cast<int32_t>(pb.seq_lens.shape[0]);
+  rows.query_len = pb.query_len > 0 ? pb.query_len : 1;
+  rows.num_rows = T;
+  rows.max_blocks = pb.block_table.shape[1];
+  rows.block_size = static_cast<int32_t>(pb.kv.block_size());
+  prm.rows = rows;
+  prm.topk = pb.topk.ptr<const int32_t>();
+  prm.tk_stride_head = pb.topk.strides[0];
+  prm.tk_stride_row = pb.topk.strides[1];
+  prm.tk_stride_col = pb.topk.strides[2];
+  prm.topk_width = static_cast<int32_t>(pb.topk.shape[2]);
+  prm.num_q_heads = static_cast<int32_t>(pb.q_heads());
+  prm.group = static_cast<int32_t>(pb.group());
+  prm.head_chunks = static_cast<int32_t>(pb.head_chunks());
+  const float scale = pb.softmax_scale != 0.0f
+                          ? pb.softmax_scale
+                          : 1.0f / std::sqrt(static_cast<float>(pb.head_dim()));
+  prm.scale_log2 = scale * kLog2e;
+  prm.splits = static_cast<int32_t>(p.splits);
+  prm.subtiles_per_split = static_cast<int32_t>(p.subtiles_per_split);
+  prm.out = pb.out.data;
+  prm.out_dtype = pb.out.dtype;
+  prm.out_stride_row = pb.out.strides[0];
+  prm.out_stride_head = pb.out.strides[1];
+  prm.lse = pb.lse.defined() ? pb.lse.ptr<float>() : nullptr;
+  prm.lse_stride_row = pb.lse.defined() ? pb.lse.strides[0] : 0;
+  prm.lse_stride_head = pb.lse.defined() ? pb.lse.strides[1] : 0;
+  prm.part_out = nullptr;
+  prm.part_lse = nullptr;
+  if (p.splits > 1) {
+    char* base = static_cast<char*>(workspace.data);
+    prm.part_out = reinterpret_cast<float*>(base);
+    prm.part_lse = reinterpret_cast<float*>(base + partial_out_bytes(pb, p));
+  }
+  prm.error_flags = pb.error_flags.defined() ? pb.error_flags.ptr<int32_t>() : nullptr;
+
+  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.kv_heads() * pb.head_chunks()),
+                  static_cast<unsigned>(p.splits));
+  switch (pb.kv.k.dtype) {
+    case DType::kBF16:
+      launch_attention<__nv_bfloat16>(prm, pb.head_dim(), grid, cuda_stream);
+      break;
+    case DType::kF16:
+      launch_attention<__half>(prm, pb.head_dim(), grid, cuda_stream);
+      break;
+    default:
+      launch_attention<uint8_t>(prm, pb.head_dim(), grid, cuda_stream);
+      break;
+  }
+  MSA_RETURN_IF_ERROR(launch_status("sparse_attention_kernel"));
+  if (p.splits == 1) return Status::Ok();
+  const dim3 merge_grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.q_heads()));
+  sparse_attention_merge_kernel<<<merge_grid, static_cast<unsigned>(pb.head_dim()), 0,
+                                  cuda_stream>>>(prm, static_cast<int>(pb.head_dim()));
+  return launch_status("sparse_attention_merge_kernel");
+}
+
+AttnProblem decode_problem(const SparseAttentionDecodeArgs& a) {
+  AttnProblem pb;
+  pb.query_len = a.query_len;
+  pb.softmax_scale = a.softmax_scale;
+  pb.q = a.q;
+  pb.kv = a.kv_cache;
+  pb.block_table = a.block_table;
+  pb.seq_lens = a.seq_lens;
+  pb.topk = a.topk;
+  pb.out = a.out;
+  pb.lse = a.lse;
+  pb.error_flags = a.error_flags;
+  return pb;
+}
+
+AttnProblem prefill_problem(const SparseAttentionPrefillArgs& a) {
+  AttnProblem pb;
+  pb.query_len = 0;
+  pb.softmax_scale = a.softmax_scale;
+  pb.q = a.q;
+  pb.kv = a.kv_cache;
+  pb.block_table = a.block_table;
+  pb.cu_seqlens_q = a.cu_seqlens_q;
+  pb.seq_lens = a.seq_lens;
+  pb.topk = a.topk;
+  pb.out = a.out;
+  pb.lse = a.lse;
+  pb.error_flags = a.error_flags;
+  return pb;
+}
+
+}  // namespace
+
+Status workspace_size(const SparseAttentionDecodeArgs& args, size_t* bytes) {
+  *bytes = workspace_bytes(decode_problem(args));
+  return Status::Ok();
+}
+
+Status run(const SparseAttentionDecodeArgs& args, Workspace workspace, Stream stream) {
+  return run_problem(decode_problem(args), workspace, stream);
+}
+
+Status workspace_size(const SparseAttentionPrefillArgs& args, size_t* bytes) {
+  *bytes = workspace_bytes(prefill_problem(args));
+  return Status::Ok();
+}
+
+Status run(const SparseAttentionPrefillArgs& args, Workspace workspace, Stream stream) {
+  return run_problem(prefill_problem(args), workspace, stream);
+}
+
+}  // namespace cuda
+}  // namespace msa

@@ -1,0 +1,481 @@
+// Device code of sparse attention (spec A5): a tensor-core (mma.sync m16n8k16) kernel with the
+// q heads of a GQA group as the M dimension, and the split-K LSE merge. Launchers and the work
+// decomposition rationale are in sparse_attention.cu.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "cuda/common.cuh"
+#include "cuda/row_map.cuh"
+#include "msa/cache.h"
+
+namespace msa {
+namespace cuda {
+
+constexpr int kAttnThreads = 128;
+constexpr int kAttnWarps = kAttnThreads / 32;
+constexpr int kAttnHeads = 16;  // q heads per CTA: the M dimension of the MMA
+constexpr int kMaxTopkWidth = 256;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct SparseAttnParams {
+  const void* q;  // [T, Hq, D]
+  DType q_dtype;
+  int64_t q_stride_row, q_stride_head;
+  const void* k;  // [num_blocks, Hkv, block_size, D] through strides, last stride 1
+  const void* v;
+  int64_t k_stride_page, k_stride_head, k_stride_tok;
+  int64_t v_stride_page, v_stride_head, v_stride_tok;
+  int64_t num_cache_blocks;
+  KvScaleMode scale_mode;
+  const float* k_scale;  // per-layer: [1]; per-token-head: [Hkv, num_blocks * block_size]
+  const float* v_scale;
+  int64_t ks_stride_head, ks_stride_slot, vs_stride_head, vs_stride_slot;
+  const int32_t* block_table;  // [num_requests, max_blocks]
+  int64_t bt_stride_req, bt_stride_block;
+  RowMap rows;
+  const int32_t* topk;  // [Hkv, >= T, topk_width]
+  int64_t tk_stride_head, tk_stride_row, tk_stride_col;
+  int32_t topk_width;
+  int32_t num_q_heads, group, head_chunks;
+  float scale_log2;  // softmax_scale * log2(e): logits live in the log2 domain
+  int32_t splits, subtiles_per_split;
+  void* out;  // [T, Hq, D]
+  DType out_dtype;
+  int64_t out_stride_row, out_stride_head;
+  float* lse;  // optional [T, Hq], natural log
+  int64_t lse_stride_row, lse_stride_head;
+  float* part_out;  // [splits, T, Hq, D] when splits > 1
+  float* part_lse;  // [splits, T, Hq], log2 domain
+  int32_t* error_flags;
+};
+
+template <typename CacheT>
+struct KvTraits;
+template <>
+struct KvTraits<__nv_bfloat16> {
+  using Raw = uint4;  // 8 elements
+  static constexpr bool kHalfMma = false;
+};
+template <>
+struct KvTraits<__half> {
+  using Raw = uint4;
+  static constexpr bool kHalfMma = true;
+};
+template <>
+struct KvTraits<uint8_t> {
+  using Raw = uint2;
+  static constexpr bool kHalfMma = false;
+};
+
+template <bool kHalfMma>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (kHalfMma) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// 8 cache elements -> 4 words of MMA element pairs (element 2i in the low half of word i).
+// bf16/f16 caches are used as stored (their scale mode is always none); e4m3 is dequantised by
+// its scale and rounded to bf16, the one rounding this backend adds to the K/V values.
+__device__ __forceinline__ uint4 to_mma_words(uint4 raw, float) { return raw; }
+
+__device__ __forceinline__ uint4 to_mma_words(uint2 raw, float scale) {
+  uint32_t w[4];
+  const uint32_t in[2] = {raw.x, raw.y};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>(in[i] >> (16 * j)), __NV_E4M3);
+      const float2 f = __half22float2(__half2(h));
+      w[2 * i + j] = pack2<false>(f.x * scale, f.y * scale);
+    }
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+template <bool kHalfMma>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint4& a, uint32_t b0, uint32_t b1) {
+  if constexpr (kHalfMma) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+  }
+}
+
+__device__ __forceinline__ float scale_at(const float* s, int64_t stride_head, int64_t stride_slot,
+                                          int64_t head, int64_t slot) {
+  return __ldg(s + head * stride_head + slot * stride_slot);
+}
+
+// One CTA per (row, KV head x 16-head chunk, split). Fragment layouts (lane = 4 * g + c):
+//  * QK^T: A = Q [16 heads x 16 dims], B = K^T. The reduction dimension may be permuted freely
+//    as long as Q and K agree, so k-step kk = 2t + half maps MMA k-slots {2c, 2c+1, 2c+8, 2c+9}
+//    to dims 32t + 8c + 4 half + {0, 1, 2, 3}: each lane then reads its B operand for key g of
+//    an 8-key n-tile as whole 16-byte runs K[g][32t + 8c, +8), straight from global memory.
+//  * PV: A = P from the S accumulators (the usual register reuse), B = V [16 keys x 8 dims].
+//    Output columns are permuted instead: n-tile (vh, nd) column g is dim 64 vh + 8g + nd, so a
+//    lane reads 16-byte runs V[key][64 vh + 8g, +8) of its 4 keys {2c, 2c+1, 2c+8, 2c+9} and
+//    builds each B register with one byte permute.
+// Each warp runs its own online softmax over 16-key subtiles w, w+4, ... of the split's range
+// of the row's ascending block list; the 4 warps are merged in fixed order at the end.
+template <typename CacheT, int D>
+__global__ void __launch_bounds__(kAttnThreads)
+    sparse_attention_kernel(const SparseAttnParams prm) {
+  using Raw = typename KvTraits<CacheT>::Raw;
+  constexpr bool kHalfMma = KvTraits<CacheT>::kHalfMma;
+  constexpr int kSteps = D / 16;   // k-steps of QK^T
+  constexpr int kChunks = D / 32;  // 8-element K runs per lane per key
+  constexpr int kHalves = D / 64;  // 64-column groups of V and O
+  constexpr int kOutTiles = D / 8;
+
+  __shared__ uint4 q_frag[kSteps][32];
+  __shared__ int32_t s_id[kMaxTopkWidth];
+  __shared__ int32_t s_page[kMaxTopkWidth];
+  __shared__ uint8_t s_first[kMaxTopkWidth];
+  __shared__ int32_t s_list_id[kMaxTopkWidth];
+  __shared__ int32_t s_list_page[kMaxTopkWidth];
+  __shared__ float s_m[kAttnWarps][kAttnHeads];
+  __shared__ float s_l[kAttnWarps][kAttnHeads];
+  __shared__ float s_red[kAttnWarps][kAttnHeads][D];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int64_t row = blockIdx.x;
+  const int kvh = static_cast<int>(blockIdx.y) / prm.head_chunks;
+  const int hc = static_cast<int>(blockIdx.y) - kvh * prm.head_chunks;
+  const int split = blockIdx.z;
+  const int head0 = kvh * prm.group + hc * kAttnHeads;
+  const int nh = min(kAttnHeads, prm.group - hc * kAttnHeads);
+  // One CTA per (row, KV head) reports bad values, so a bad entry costs one atomic.
+  int32_t* flags = (split == 0 && hc == 0) ? prm.error_flags : nullptr;
+  const RowInfo info = resolve_row(prm.rows, row, (tid == 0 && kvh == 0) ? flags : nullptr);
+  const int64_t pos = info.pos_base + row;
+  const bool live = info.req >= 0 && pos >= 0;
+  const int64_t bs = prm.rows.block_size;
+  const int64_t own = live ? pos / bs : -1;
+  const int W = prm.topk_width;
+
+  // The row's selection as a set: ids beyond the visible blocks or with a bad page are skipped
+  // (and reported), duplicates count once, and the list is sorted ascending (spec A5 order).
+  for (int e = tid; e < W; e += kAttnThreads) {
+    int32_t id = -1, page = 0;
+    if (live) {
+      id = prm.topk[kvh * prm.tk_stride_head + row * prm.tk_stride_row + e * prm.tk_stride_col];
+      if (id > own) {
+        raise_error(flags, kDeviceErrorTopkId);
+        id = -1;
+      } else if (id >= 0) {
+        page = prm.block_table[info.req * prm.bt_stride_req + id * prm.bt_stride_block];
+        if (page < 0 || page >= prm.num_cache_blocks) {
+          raise_error(flags, kDeviceErrorBlockId);
+          id = -1;
+        }
+      }
+    }
+    s_id[e] = id;
+    s_page[e] = page;
+  }
+  __syncthreads();
+  for (int e = tid; e < W; e += kAttnThreads) {
+    const int32_t id = s_id[e];
+    bool first = id >= 0;
+    for (int f = 0; f < e && first; ++f) first = s_id[f] != id;
+    s_first[e] = first ? 1 : 0;
+  }
+  __syncthreads();
+  for (int e = tid; e < W; e += kAttnThreads) {
+    if (!s_first[e]) continue;
+    const int32_t id = s_id[e];
+    int rank = 0;
+    for (int f = 0; f < W; ++f) rank += (s_first[f] && s_id[f] < id) ? 1 : 0;
+    s_list_id[rank] = id;
+    s_list_page[rank] = s_page[e];
+  }
+  int n_sel = 0;
+  for (int f = 0; f < W; ++f) n_sel += s_first[f];
+
+  // Q fragments, converted once to the MMA element type; heads past the group are zero rows.
+  for (int i = tid; i < kSteps * 32; i += kAttnThreads) {
+    const int kk = i >> 5, ln = i & 31;
+    const int gg = ln >> 2, cc = ln & 3;
+    const int d0 = 32 * (kk >> 1) + 8 * cc + 4 * (kk & 1);
+    float v[2][4];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int hh = gg + 8 * r;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        v[r][e] = hh < nh ? load_as_float(
+                                prm.q, prm.q_dtype,
+                                row * prm.q_stride_row + (head0 + hh) * prm.q_stride_head + d0 + e)
+                          : 0.0f;
+      }
+    }
+    q_frag[kk][ln] =
+        make_uint4(pack2<kHalfMma>(v[0][0], v[0][1]), pack2<kHalfMma>(v[1][0], v[1][1]),
+                   pack2<kHalfMma>(v[0][2], v[0][3]), pack2<kHalfMma>(v[1][2], v[1][3]));
+  }
+  __syncthreads();
+
+  float acc[kOutTiles][4];
+#pragma unroll
+  for (int n = 0; n < kOutTiles; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+  }
+  float m_run[2] = {-INFINITY, -INFINITY};  // rows g and g + 8, log2 domain
+  float l_run[2] = {0.0f, 0.0f};            // this lane's share of the row sums
+
+  const CacheT* k_all = static_cast<const CacheT*>(prm.k);
+  const CacheT* v_all = static_cast<const CacheT*>(prm.v);
+  const int spb = static_cast<int>(bs / 16);
+  const int64_t n_sub = static_cast<int64_t>(n_sel) * spb;
+  const int64_t sub_begin = static_cast<int64_t>(split) * prm.subtiles_per_split;
+  const int64_t sub_end = min(n_sub, sub_begin + prm.subtiles_per_split);
+  const bool per_token = prm.scale_mode == KvScaleMode::kPerTokenHead;
+  const float k_layer = prm.scale_mode == KvScaleMode::kPerLayer ? __ldg(prm.k_scale) : 1.0f;
+  const float v_layer = prm.scale_mode == KvScaleMode::kPerLayer ? __ldg(prm.v_scale) : 1.0f;
+
+  for (int64_t i = sub_begin + warp; i < sub_end; i += kAttnWarps) {
+    const int li = static_cast<int>(i / spb);
+    const int off = static_cast<int>(i - static_cast<int64_t>(li) * spb) * 16;
+    const int64_t block = s_list_id[li];
+    const int64_t page = s_list_page[li];
+    const int64_t j0 = block * bs + off;
+    if (j0 > pos) continue;  // past the row's position inside its own block (warp-uniform)
+
+    const CacheT* kb = k_all + page * prm.k_stride_page + kvh * prm.k_stride_head;
+    const CacheT* vb = v_all + page * prm.v_stride_page + kvh * prm.v_stride_head;
+    Raw kr[2][kChunks];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const int64_t key = off + nt * 8 + g;
+#pragma unroll
+      for (int t = 0; t < kChunks; ++t) {
+        kr[nt][t] =
+            __ldg(reinterpret_cast<const Raw*>(kb + key * prm.k_stride_tok + 32 * t + 8 * c));
+      }
+    }
+    Raw vr[4][kHalves];
+#pragma unroll
+    for (int q4 = 0; q4 < 4; ++q4) {
+      const int64_t key = off + 2 * c + (q4 & 1) + 8 * (q4 >> 1);
+#pragma unroll
+      for (int vh = 0; vh < kHalves; ++vh) {
+        vr[q4][vh] =
+            __ldg(reinterpret_cast<const Raw*>(vb + key * prm.v_stride_tok + 64 * vh + 8 * g));
+      }
+    }
+    float ksc[2] = {k_layer, k_layer};
+    float vsc[4] = {v_layer, v_layer, v_layer, v_layer};
+    if (per_token) {
+      const int64_t slot0 = page * bs + off;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        ksc[nt] =
+            scale_at(prm.k_scale, prm.ks_stride_head, prm.ks_stride_slot, kvh, slot0 + nt * 8 + g);
+      }
+#pragma unroll
+      for (int q4 = 0; q4 < 4; ++q4) {
+        vsc[q4] = scale_at(prm.v_scale, prm.vs_stride_head, prm.vs_stride_slot, kvh,
+                           slot0 + 2 * c + (q4 & 1) + 8 * (q4 >> 1));
+      }
+    }
+
+    float s[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
+#pragma unroll
+      for (int t = 0; t < kChunks; ++t) {
+        const uint4 w = to_mma_words(kr[nt][t], ksc[nt]);
+        mma_16816<kHalfMma>(s[nt], q_frag[2 * t][lane], w.x, w.y);
+        mma_16816<kHalfMma>(s[nt], q_frag[2 * t + 1][lane], w.z, w.w);
+      }
+    }
+
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t j = j0 + nt * 8 + 2 * c + (e & 1);
+        s[nt][e] = j <= pos ? s[nt][e] * prm.scale_log2 : -INFINITY;
+        mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
+      }
+    }
+    float m_use[2], alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 2));
+      const float m_new = fmaxf(m_run[r], mx[r]);
+      m_use[r] = m_new == -INFINITY ? 0.0f : m_new;  // keeps exp2 arguments finite
+      alpha[r] = exp2f(m_run[r] - m_use[r]);
+      m_run[r] = m_new;
+    }
+    float rowsum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = exp2f(s[nt][e] - m_use[e >> 1]);
+        rowsum[e >> 1] += s[nt][e];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + rowsum[r];
+#pragma unroll
+    for (int n = 0; n < kOutTiles; ++n) {
+      acc[n][0] *= alpha[0];
+      acc[n][1] *= alpha[0];
+      acc[n][2] *= alpha[1];
+      acc[n][3] *= alpha[1];
+    }
+    const uint4 pa =
+        make_uint4(pack2<kHalfMma>(s[0][0], s[0][1]), pack2<kHalfMma>(s[0][2], s[0][3]),
+                   pack2<kHalfMma>(s[1][0], s[1][1]), pack2<kHalfMma>(s[1][2], s[1][3]));
+#pragma unroll
+    for (int vh = 0; vh < kHalves; ++vh) {
+      uint32_t vw[4][4];
+#pragma unroll
+      for (int q4 = 0; q4 < 4; ++q4) {
+        const uint4 w = to_mma_words(vr[q4][vh], vsc[q4]);
+        vw[q4][0] = w.x;
+        vw[q4][1] = w.y;
+        vw[q4][2] = w.z;
+        vw[q4][3] = w.w;
+      }
+#pragma unroll
+      for (int nd = 0; nd < 8; ++nd) {
+        const uint32_t sel = (nd & 1) ? 0x7632u : 0x5410u;
+        const uint32_t b0 = __byte_perm(vw[0][nd >> 1], vw[1][nd >> 1], sel);
+        const uint32_t b1 = __byte_perm(vw[2][nd >> 1], vw[3][nd >> 1], sel);
+        mma_16816<kHalfMma>(acc[vh * 8 + nd], pa, b0, b1);
+      }
+    }
+  }
+
+  // Merge the 4 warps' partial softmax states in fixed warp order.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l_run[r] += __shfl_xor_sync(0xFFFFFFFFu, l_run[r], 1);
+    l_run[r] += __shfl_xor_sync(0xFFFFFFFFu, l_run[r], 2);
+  }
+  if (c == 0) {
+    s_m[warp][g] = m_run[0];
+    s_m[warp][g + 8] = m_run[1];
+    s_l[warp][g] = l_run[0];
+    s_l[warp][g + 8] = l_run[1];
+  }
+  __syncthreads();
+  float factor[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int hh = g + 8 * r;
+    float m_all = -INFINITY;
+    for (int w = 0; w < kAttnWarps; ++w) m_all = fmaxf(m_all, s_m[w][hh]);
+    const float m_use = m_all == -INFINITY ? 0.0f : m_all;
+    float l_all = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) l_all += s_l[w][hh] * exp2f(s_m[w][hh] - m_use);
+    factor[r] = l_all > 0.0f ? exp2f(m_run[r] - m_use) / l_all : 0.0f;
+  }
+#pragma unroll
+  for (int vh = 0; vh < kHalves; ++vh) {
+#pragma unroll
+    for (int nd = 0; nd < 8; ++nd) {
+      const int n = vh * 8 + nd;
+      const int da = 64 * vh + 16 * c + nd, db = da + 8;
+      s_red[warp][g][da] = acc[n][0] * factor[0];
+      s_red[warp][g][db] = acc[n][1] * factor[0];
+      s_red[warp][g + 8][da] = acc[n][2] * factor[1];
+      s_red[warp][g + 8][db] = acc[n][3] * factor[1];
+    }
+  }
+  __syncthreads();
+
+  const int64_t T = prm.rows.num_rows;
+  for (int i = tid; i < nh * D; i += kAttnThreads) {
+    const int hh = i / D, d = i - hh * D;
+    const float o = ((s_red[0][hh][d] + s_red[1][hh][d]) + s_red[2][hh][d]) + s_red[3][hh][d];
+    const int64_t head = head0 + hh;
+    if (prm.splits == 1) {
+      store_from_float(prm.out, prm.out_dtype,
+                       row * prm.out_stride_row + head * prm.out_stride_head + d, o);
+    } else {
+      prm.part_out[((split * T + row) * prm.num_q_heads + head) * D + d] = o;
+    }
+  }
+  for (int hh = tid; hh < nh; hh += kAttnThreads) {
+    float m_all = -INFINITY;
+    for (int w = 0; w < kAttnWarps; ++w) m_all = fmaxf(m_all, s_m[w][hh]);
+    const float m_use = m_all == -INFINITY ? 0.0f : m_all;
+    float l_all = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) l_all += s_l[w][hh] * exp2f(s_m[w][hh] - m_use);
+    const float lse2 = l_all > 0.0f ? m_all + log2f(l_all) : -INFINITY;
+    const int64_t head = head0 + hh;
+    if (prm.splits == 1) {
+      if (prm.lse != nullptr) {
+        prm.lse[row * prm.lse_stride_row + head * prm.lse_stride_head] = lse2 * kLn2;
+      }
+    } else {
+      prm.part_lse[(split * T + row) * prm.num_q_heads + head] = lse2;
+    }
+  }
+}
+
+// Combines the splits of one (row, q head) in ascending split order: out = sum_s w_s o_s / sum w,
+// w_s = 2^(lse_s - max lse). One thread per output dimension.
+__global__ void sparse_attention_merge_kernel(const SparseAttnParams prm, int head_dim) {
+  const int64_t row = blockIdx.x;
+  const int64_t head = blockIdx.y;
+  const int d = threadIdx.x;
+  const int64_t T = prm.rows.num_rows;
+  const int64_t hq = prm.num_q_heads;
+  float m_all = -INFINITY;
+  for (int s = 0; s < prm.splits; ++s) {
+    m_all = fmaxf(m_all, prm.part_lse[(s * T + row) * hq + head]);
+  }
+  float o = 0.0f, lse = -INFINITY;
+  if (m_all != -INFINITY) {
+    float w_sum = 0.0f;
+    for (int s = 0; s < prm.splits; ++s) {
+      const float w = exp2f(prm.part_lse[(s * T + row) * hq + head] - m_all);
+      w_sum += w;
+      if (d < head_dim) o += w * prm.part_out[((s * T + row) * hq + head) * head_dim + d];
+    }
+    o /= w_sum;
+    lse = (m_all + log2f(w_sum)) * kLn2;
+  }
+  if (d < head_dim) {
+    store_from_float(prm.out, prm.out_dtype,
+                     row * prm.out_stride_row + head * prm.out_stride_head + d, o);
+  }
+  if (d == 0 && prm.lse != nullptr) {
+    prm.lse[row * prm.lse_stride_row + head * prm.lse_stride_head] = lse;
+  }
+}
+
+}  // namespace cuda
+}  // namespace msa
