@@ -98,7 +98,6 @@ class Value {
     int_ = i;
     num_ = static_cast<double>(i);
   }
-  friend class Parser;
 
   Type type_ = Type::kNull;
   bool bool_ = false;

@@ -310,20 +310,30 @@ TEST(BatchMetadata, EveryOutputIsOptional) {
   EXPECT_EQ(values(b.token_position), want.token_position);
 }
 
-// Bad arguments: the exact status, and no output touched (each holds a byte pattern).
-void expect_rejected(const BatchMetadataArgs& args, MetadataBuffers& b, StatusCode code,
-                     const char* what) {
+// Fills every output with a byte pattern (host mirror and device).
+void fill_pattern(MetadataBuffers& b) {
   for (TestTensor* t : b.outputs()) {
     t->fill_bytes(0x5A);
     t->upload();
   }
-  const Status s = run_metadata(args, test_device());
-  EXPECT_EQ(s.code(), code) << what << ": " << s.to_string();
+}
+
+// Every output still holds the pattern of fill_pattern().
+void expect_unchanged(MetadataBuffers& b, const std::string& what) {
   for (TestTensor* t : b.outputs()) {
     const std::vector<uint8_t> pattern = t->host_bytes();
     t->download();
     EXPECT_EQ(t->host_bytes(), pattern) << what;
   }
+}
+
+// Bad arguments: the exact status, and no output touched.
+void expect_rejected(const BatchMetadataArgs& args, MetadataBuffers& b, StatusCode code,
+                     const char* what) {
+  fill_pattern(b);
+  const Status s = run_metadata(args, test_device());
+  EXPECT_EQ(s.code(), code) << what << ": " << s.to_string();
+  expect_unchanged(b, what);
 }
 
 TEST(BatchMetadata, RejectsBadArguments) {
@@ -384,6 +394,14 @@ TEST(BatchMetadata, RejectsBadArguments) {
         a.seq_lens.device = device.is_cpu() ? Device::cuda(0) : Device::cpu();
       },
       "seq_lens on another device");
+
+  size_t bytes = 0;
+  ASSERT_TRUE(workspace_size(good, &bytes).ok());
+  if (bytes > 0) {
+    fill_pattern(b);
+    EXPECT_EQ(run(good, Workspace{}, Stream{}).code(), StatusCode::kWorkspaceTooSmall);
+    expect_unchanged(b, "workspace too small");
+  }
 }
 
 // Bad values inside tensors: on the CPU kOutOfRange naming the value, the flag bit, nothing
@@ -394,21 +412,14 @@ void expect_bad_value(const oracle::MetadataInput& in, DeviceError bit, const st
   MetadataBuffers b = make_buffers(in, device);
   BatchMetadataArgs args = make_args(in, b);
   if (shrink_capacity) args.slot_mapping = b.slot_mapping.view().slice(0, 0, 2);
-  for (TestTensor* t : b.outputs()) {
-    t->fill_bytes(0x5A);
-    t->upload();
-  }
+  fill_pattern(b);
   const Status s = run_metadata(args, device);
   b.error_flags.download();
   EXPECT_NE(static_cast<int32_t>(b.error_flags.get_flat(0)) & bit, 0) << names;
   if (device.is_cuda()) return;
   EXPECT_EQ(s.code(), StatusCode::kOutOfRange) << s.to_string();
   EXPECT_NE(s.message().find(names), std::string::npos) << s.message();
-  for (TestTensor* t : b.outputs()) {
-    const std::vector<uint8_t> pattern = t->host_bytes();
-    t->download();
-    EXPECT_EQ(t->host_bytes(), pattern) << names;
-  }
+  expect_unchanged(b, names);
 }
 
 TEST(BatchMetadata, RejectsBadDeviceValues) {
