@@ -2,7 +2,7 @@
 // CPU backend. All outputs are integers, so every comparison is exact.
 #include <gtest/gtest.h>
 
-#include <cstring>
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
