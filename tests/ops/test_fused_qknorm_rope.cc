@@ -41,6 +41,7 @@ struct FusedCase {
   Layout layout = Layout::kPacked;
   DType cache_dtype = DType::kBF16;
   KvScaleMode scale_mode = KvScaleMode::kNone;
+  double layer_scale = 1.0;  // multiplies the per-layer K/V scales (small = saturating values)
   bool index_cache = true;
   DType index_cache_dtype = DType::kBF16;
   bool separate_index_slots = false;
@@ -231,8 +232,8 @@ Fixture make_fixture(const FusedCase& c, Device device) {
     if (c.scale_mode == KvScaleMode::kPerLayer) {
       fx.k_scale = TestTensor(DType::kF32, {1}, device);
       fx.v_scale = TestTensor(DType::kF32, {1}, device);
-      fx.k_scale.set({0}, 0.037);
-      fx.v_scale.set({0}, 0.021);
+      fx.k_scale.set({0}, 0.037 * c.layer_scale);
+      fx.v_scale.set({0}, 0.021 * c.layer_scale);
     } else if (c.scale_mode == KvScaleMode::kPerTokenHead) {
       fx.k_scale = TestTensor(DType::kF32, {H, nb * kBlockSize}, device);
       fx.v_scale = TestTensor(DType::kF32, {H, nb * kBlockSize}, device);
@@ -655,6 +656,17 @@ TEST(FusedQkNormRope, Fp8CacheScaleModesAndLayouts) {
       run_case(c);
     }
   }
+}
+
+TEST(FusedQkNormRope, Fp8CacheSaturates) {
+  MSA_REQUIRE_TEST_DEVICE();
+  // Scales near 0.001 put most |x / scale| beyond 448: stored values must saturate to +-448.
+  FusedCase c = tp_case(4, 5);
+  c.cache_dtype = DType::kE4M3;
+  c.scale_mode = KvScaleMode::kPerLayer;
+  c.layer_scale = 0.03;
+  c.layout = Layout::kSplitHnd;
+  run_case(c);
 }
 
 TEST(FusedQkNormRope, Bf16CacheLayouts) {
