@@ -1,0 +1,493 @@
+#include "engine/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "msa/version.h"
+
+namespace msa {
+namespace engine {
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), f, v);
+  return buf;
+}
+
+std::string hex64(uint64_t v) {
+  char buf[20];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+double num(const json::Value& v, const std::string& key) {
+  const json::Value* m = v.find(key);
+  return m != nullptr ? m->as_number() : 0.0;
+}
+
+int64_t ival(const json::Value& v, const std::string& key) {
+  const json::Value* m = v.find(key);
+  if (m == nullptr) return 0;
+  return m->is_integer() ? m->as_int() : std::llround(m->as_number());
+}
+
+const json::Value& member(const json::Value& v, const std::string& key) {
+  static const json::Value kNull;
+  const json::Value* m = v.find(key);
+  return m != nullptr ? *m : kNull;
+}
+
+json::Value stage_object(const StageTimes& t) {
+  json::Value o = json::Value::object();
+  for (int s = 0; s < kNumStages; ++s) o.set(stage_name(s), t[static_cast<size_t>(s)]);
+  return o;
+}
+
+StageTimes stage_totals(const RunResult& r) {
+  StageTimes t{};
+  for (const auto& s : r.steps) {
+    for (int i = 0; i < kNumStages; ++i)
+      t[static_cast<size_t>(i)] += s.stages[static_cast<size_t>(i)];
+  }
+  return t;
+}
+
+json::Value run_totals(const RunResult& r) {
+  json::Value o = json::Value::object();
+  const double clock = r.wall_s > 0.0 ? r.wall_s : 1e-9;
+  o.set("wall_s", r.wall_s);
+  o.set("busy_s", r.busy_s);
+  o.set("idle_skipped_s", r.idle_skipped_s);
+  o.set("steps", static_cast<int64_t>(r.steps.size()));
+  o.set("requests_per_s", static_cast<double>(r.requests.size()) / clock);
+  o.set("output_tokens_per_s", static_cast<double>(r.output_tokens) / clock);
+  o.set("processed_tokens_per_s", static_cast<double>(r.processed_tokens) / clock);
+  std::vector<double> lat;
+  for (const auto& s : r.steps) lat.push_back(s.latency_ms);
+  o.set("step_latency_ms", distribution(lat));
+  o.set("stage_ms", stage_object(stage_totals(r)));
+  return o;
+}
+
+const char* dtype_label(DType t) { return t == DType::kE4M3 ? "fp8" : "bf16"; }
+
+}  // namespace
+
+json::Value distribution(std::vector<double> v) {
+  json::Value o = json::Value::object();
+  o.set("count", static_cast<int64_t>(v.size()));
+  if (v.empty()) return o;
+  std::sort(v.begin(), v.end());
+  auto rank = [&](double q) {
+    const size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+    return v[std::min(v.size() - 1, i == 0 ? 0 : i - 1)];
+  };
+  double sum = 0.0;
+  for (double x : v) sum += x;
+  o.set("p50", rank(0.50));
+  o.set("p90", rank(0.90));
+  o.set("p99", rank(0.99));
+  o.set("min", v.front());
+  o.set("max", v.back());
+  o.set("mean", sum / static_cast<double>(v.size()));
+  return o;
+}
+
+json::Value build_report(const ReportContext& c, const RunResult& r, const RunResult* dense) {
+  json::Value rep = json::Value::object();
+  rep.set("schema", "msa-run-report/1");
+  rep.set("msa_version", version_string());
+  rep.set("command", c.command);
+  rep.set("backend", c.backend);
+  rep.set("device", c.device);
+  rep.set("threads", c.threads);
+  rep.set("seed", static_cast<int64_t>(c.seed));
+
+  int dense_layers = 0, compute_layers = 0, reuse_layers = 0;
+  for (LayerKind k : r.plan) {
+    dense_layers += k == LayerKind::kDense;
+    compute_layers += k == LayerKind::kSparseCompute;
+    reuse_layers += k == LayerKind::kSparseReuse;
+  }
+  json::Value model = json::Value::object();
+  model.set("preset", c.preset);
+  model.set("layers", c.model.num_layers);
+  model.set("dense_layers", dense_layers);
+  model.set("sparse_layers", compute_layers + reuse_layers);
+  model.set("topk_compute_layers", compute_layers);
+  model.set("topk_reuse_layers", reuse_layers);
+  model.set("tp_size", c.shape.tp_size);
+  model.set("q_heads", c.shape.num_q_heads);
+  model.set("kv_heads", c.shape.num_kv_heads);
+  model.set("index_heads", c.shape.num_index_heads);
+  model.set("head_dim", c.shape.head_dim);
+  model.set("index_dim", c.shape.index_dim);
+  model.set("block_size", c.model.sparse_block_size);
+  model.set("topk_blocks", c.model.sparse_topk_blocks);
+  model.set("topk_freq", c.model.use_index_cache ? c.model.index_topk_freq : 1);
+  model.set("kv_dtype", dtype_label(c.kv_dtype));
+  model.set("index_dtype", dtype_label(c.index_dtype));
+  rep.set("model", std::move(model));
+
+  json::Value eng = json::Value::object();
+  eng.set("max_batch_tokens", c.max_batch_tokens);
+  eng.set("kv_blocks", c.kv_blocks);
+  eng.set("spec_tokens", c.spec_tokens);
+  eng.set("spec_accept", c.spec_accept);
+  eng.set("device_bytes", static_cast<int64_t>(r.device_bytes));
+  rep.set("engine", std::move(eng));
+
+  json::Value wl = json::Value::object();
+  wl.set("source", c.workload_source);
+  wl.set("requests", static_cast<int64_t>(r.requests.size()));
+  wl.set("prompt_tokens", r.prompt_tokens);
+  wl.set("output_tokens", r.output_tokens);
+  wl.set("arrival_rate", c.arrival_rate);
+  rep.set("workload", std::move(wl));
+
+  json::Value sum = run_totals(r);
+  std::vector<double> ttft, latency;
+  for (const auto& q : r.requests) {
+    ttft.push_back(q.ttft_s);
+    latency.push_back(q.latency_s);
+  }
+  sum.set("ttft_s", distribution(ttft));
+  sum.set("request_latency_s", distribution(latency));
+  json::Value kv = json::Value::object();
+  kv.set("pool_blocks", r.pool_blocks);
+  kv.set("peak_blocks", r.peak_kv_blocks);
+  kv.set("peak_fraction",
+         r.pool_blocks > 0 ? static_cast<double>(r.peak_kv_blocks) / r.pool_blocks : 0.0);
+  kv.set("index_peak_blocks", r.peak_index_blocks);
+  kv.set("blocks_in_use_at_end", r.blocks_in_use_at_end);
+  sum.set("kv_cache", std::move(kv));
+  sum.set("preemptions", r.preemptions);
+  sum.set("recomputed_tokens", r.recomputed_tokens);
+  json::Value spec = json::Value::object();
+  spec.set("draft_tokens_proposed", r.draft_proposed);
+  spec.set("draft_tokens_accepted", r.draft_accepted);
+  spec.set("acceptance_rate",
+           r.draft_proposed > 0 ? static_cast<double>(r.draft_accepted) / r.draft_proposed : 0.0);
+  sum.set("speculative", std::move(spec));
+  rep.set("summary", std::move(sum));
+
+  json::Value reqs = json::Value::array();
+  for (const auto& q : r.requests) {
+    json::Value o = json::Value::object();
+    o.set("id", q.id);
+    o.set("arrival_s", q.arrival_s);
+    o.set("prompt_tokens", q.prompt_tokens);
+    o.set("output_tokens", q.output_tokens);
+    o.set("preemptions", q.preemptions);
+    o.set("recomputed_tokens", q.recomputed_tokens);
+    o.set("ttft_s", q.ttft_s);
+    o.set("latency_s", q.latency_s);
+    o.set("checksum", hex64(q.checksum));
+    reqs.push_back(std::move(o));
+  }
+  rep.set("requests", std::move(reqs));
+
+  json::Value steps = json::Value::array();
+  for (const auto& s : r.steps) {
+    json::Value o = json::Value::object();
+    o.set("step", s.step);
+    o.set("start_s", s.start_s);
+    o.set("tokens", s.tokens);
+    o.set("decode_requests", s.decode_requests);
+    o.set("prefill_requests", s.prefill_requests);
+    o.set("decode_tokens", s.decode_tokens);
+    o.set("prefill_tokens", s.prefill_tokens);
+    o.set("max_context", s.max_context);
+    o.set("latency_ms", s.latency_ms);
+    o.set("kv_blocks_used", s.kv_blocks_used);
+    o.set("stage_ms", stage_object(s.stages));
+    steps.push_back(std::move(o));
+  }
+  rep.set("steps", std::move(steps));
+
+  if (dense != nullptr) {
+    json::Value cmp = json::Value::object();
+    cmp.set("dense", run_totals(*dense));
+    cmp.set("speedup", r.busy_s > 0.0 ? dense->busy_s / r.busy_s : 0.0);
+    const StageTimes st = stage_totals(r);
+    const StageTimes dt = stage_totals(*dense);
+    const double sparse_attn = st[kStageAttention] + st[kStageIndexer];
+    cmp.set("attention_speedup",
+            sparse_attn > 0.0 ? (dt[kStageAttention] + dt[kStageIndexer]) / sparse_attn : 0.0);
+    json::Value fid = json::Value::object();
+    fid.set("method",
+            "host fp64 dense softmax over every causal key for sampled rows (one sparse layer "
+            "per step, cycling; rows whose context exceeds topk_blocks * block_size), compared "
+            "with the sparse attention output of the same run");
+    std::vector<double> err, mass;
+    std::vector<int> layers;
+    for (const auto& f : r.samples) {
+      err.push_back(f.rel_error);
+      mass.push_back(f.selected_mass);
+      if (std::find(layers.begin(), layers.end(), f.layer) == layers.end()) {
+        layers.push_back(f.layer);
+      }
+    }
+    fid.set("rows_sampled", static_cast<int64_t>(r.samples.size()));
+    fid.set("layers_sampled", static_cast<int64_t>(layers.size()));
+    fid.set("rel_error", distribution(err));
+    fid.set("selected_mass", distribution(mass));
+    cmp.set("fidelity", std::move(fid));
+    rep.set("compare_dense", std::move(cmp));
+  }
+  return rep;
+}
+
+std::string format_summary(const json::Value& rep) {
+  std::ostringstream os;
+  const json::Value& m = member(rep, "model");
+  const json::Value& w = member(rep, "workload");
+  const json::Value& s = member(rep, "summary");
+  const json::Value& lat = member(s, "step_latency_ms");
+  const json::Value& kv = member(s, "kv_cache");
+  os << "msa run: " << member(m, "preset").as_string() << ", " << ival(m, "layers") << " layers ("
+     << ival(m, "dense_layers") << " dense, " << ival(m, "sparse_layers") << " sparse, "
+     << ival(m, "topk_compute_layers") << " computing top-k), " << ival(m, "q_heads") << "q/"
+     << ival(m, "kv_heads") << "kv heads, KV " << member(m, "kv_dtype").as_string() << ", index "
+     << member(m, "index_dtype").as_string() << ", backend " << member(rep, "backend").as_string()
+     << " (" << member(rep, "device").as_string() << ")\n";
+  os << "  workload    " << ival(w, "requests") << " requests, " << ival(w, "prompt_tokens")
+     << " prompt + " << ival(w, "output_tokens") << " output tokens\n";
+  os << "  time        " << fmt("%.2f s", num(s, "wall_s")) << " (" << ival(s, "steps")
+     << " steps)\n";
+  os << "  throughput  " << fmt("%.2f requests/s, ", num(s, "requests_per_s"))
+     << fmt("%.1f output tokens/s, ", num(s, "output_tokens_per_s"))
+     << fmt("%.1f processed tokens/s\n", num(s, "processed_tokens_per_s"));
+  os << "  step        p50 " << fmt("%.2f", num(lat, "p50")) << " ms, p90 "
+     << fmt("%.2f", num(lat, "p90")) << " ms, p99 " << fmt("%.2f", num(lat, "p99")) << " ms\n";
+  const json::Value& stages = member(s, "stage_ms");
+  double total = 0.0;
+  for (const auto& kvp : stages.members()) total += kvp.second.as_number();
+  os << "  stages      ";
+  static const char* const kLabels[][2] = {{"insert", "insert (fused norm/rope/KV insert)"},
+                                           {"indexer_topk", "indexer+top-k (one op)"},
+                                           {"attention", "attention"},
+                                           {"metadata", "metadata"},
+                                           {"activations", "synthetic inputs"},
+                                           {"readback", "digests/readback"}};
+  bool first = true;
+  for (const auto& l : kLabels) {
+    const double ms = num(stages, l[0]);
+    if (!first) os << "\n              ";
+    first = false;
+    os << fmt("%9.1f ms ", ms) << fmt("%5.1f%%  ", total > 0 ? 100.0 * ms / total : 0.0) << l[1];
+  }
+  os << "\n";
+  os << "  KV cache    peak " << ival(kv, "peak_blocks") << " / " << ival(kv, "pool_blocks")
+     << fmt(" blocks (%.0f%%)", 100.0 * num(kv, "peak_fraction")) << ", preemptions "
+     << ival(s, "preemptions") << " (" << ival(s, "recomputed_tokens") << " tokens recomputed)\n";
+  const json::Value& spec = member(s, "speculative");
+  if (num(spec, "draft_tokens_proposed") > 0) {
+    os << "  speculative " << ival(spec, "draft_tokens_accepted") << " / "
+       << ival(spec, "draft_tokens_proposed")
+       << fmt(" drafts accepted (%.2f)\n", num(spec, "acceptance_rate"));
+  }
+  const json::Value* cmp = rep.find("compare_dense");
+  if (cmp != nullptr) {
+    const json::Value& fid = member(*cmp, "fidelity");
+    const json::Value& err = member(fid, "rel_error");
+    const json::Value& mass = member(fid, "selected_mass");
+    os << "  vs dense    " << fmt("%.2fx faster overall, ", num(*cmp, "speedup"))
+       << fmt("%.2fx in attention (indexer included)\n", num(*cmp, "attention_speedup"));
+    if (num(fid, "rows_sampled") > 0) {
+      os << "  fidelity    " << ival(fid, "rows_sampled") << " rows: rel. error p50 "
+         << fmt("%.2e", num(err, "p50")) << ", p90 " << fmt("%.2e", num(err, "p90")) << ", p99 "
+         << fmt("%.2e", num(err, "p99")) << "; selected mass p50 " << fmt("%.3f", num(mass, "p50"))
+         << ", min " << fmt("%.3f", num(mass, "min")) << "\n";
+    } else {
+      os << "  fidelity    no row had a context beyond top-k coverage (sparse == dense)\n";
+    }
+  }
+  return os.str();
+}
+
+namespace {
+
+// Round tick step (1, 2 or 5 times a power of ten) giving about `n` intervals.
+double nice_step(double range, int n) {
+  if (!(range > 0.0)) return 1.0;
+  const double raw = range / n;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  const double r = raw / mag;
+  return (r < 1.5 ? 1.0 : r < 3.5 ? 2.0 : r < 7.5 ? 5.0 : 10.0) * mag;
+}
+
+std::string esc(const std::string& t) {
+  std::string o;
+  for (char ch : t) {
+    if (ch == '<')
+      o += "&lt;";
+    else if (ch == '>')
+      o += "&gt;";
+    else if (ch == '&')
+      o += "&amp;";
+    else
+      o += ch;
+  }
+  return o;
+}
+
+std::string text(double x, double y, const std::string& t, const char* anchor = "middle",
+                 int size = 12, const std::string& extra = "") {
+  std::ostringstream os;
+  os << "<text x=\"" << fmt("%.1f", x) << "\" y=\"" << fmt("%.1f", y) << "\" text-anchor=\""
+     << anchor << "\" font-size=\"" << size << "\"" << extra << ">" << esc(t) << "</text>\n";
+  return os.str();
+}
+
+std::string tick_label(double v) {
+  if (v == 0.0) return "0";
+  if (std::fabs(v) >= 1000.0) return fmt("%.0f", v);
+  if (std::fabs(v) >= 10.0) return fmt("%.0f", v);
+  if (std::fabs(v) >= 1.0) return fmt("%.1f", v);
+  return fmt("%.2g", v);
+}
+
+}  // namespace
+
+Status render_plot_svg(const json::Value& rep, std::string* svg) {
+  const json::Value* steps = rep.find("steps");
+  const json::Value* summary = rep.find("summary");
+  if (steps == nullptr || !steps->is_array() || summary == nullptr) {
+    return Status(StatusCode::kParseError,
+                  "report: expected an msa run report with 'steps' and 'summary'");
+  }
+  const double W = 1000, H = 460;
+  std::ostringstream os;
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+     << "\" viewBox=\"0 0 " << W << " " << H << "\" font-family=\"sans-serif\">\n";
+  os << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  const json::Value& m = member(rep, "model");
+  os << text(W / 2, 24,
+             "msa run: " + member(m, "preset").as_string() + " on " +
+                 member(rep, "backend").as_string() + " (" + member(rep, "device").as_string() +
+                 ")",
+             "middle", 15, " font-weight=\"bold\"");
+
+  // Panel 1: step latency against the largest context in the step.
+  const double x0 = 70, y0 = 390, pw = 470, ph = 320;
+  double xmax = 1, ymax = 1e-3;
+  for (const auto& st : steps->items()) {
+    xmax = std::max(xmax, num(st, "max_context"));
+    ymax = std::max(ymax, num(st, "latency_ms"));
+  }
+  const double xs = nice_step(xmax, 5), ys = nice_step(ymax, 5);
+  xmax = std::ceil(xmax / xs) * xs;
+  ymax = std::ceil(ymax / ys) * ys;
+  os << "<g stroke=\"#ccc\" stroke-width=\"1\">\n";
+  for (double v = 0; v <= xmax + xs / 2; v += xs) {
+    const double x = x0 + pw * v / xmax;
+    os << "<line x1=\"" << fmt("%.1f", x) << "\" y1=\"" << y0 << "\" x2=\"" << fmt("%.1f", x)
+       << "\" y2=\"" << y0 - ph << "\"/>\n";
+  }
+  for (double v = 0; v <= ymax + ys / 2; v += ys) {
+    const double y = y0 - ph * v / ymax;
+    os << "<line x1=\"" << x0 << "\" y1=\"" << fmt("%.1f", y) << "\" x2=\"" << x0 + pw << "\" y2=\""
+       << fmt("%.1f", y) << "\"/>\n";
+  }
+  os << "</g>\n";
+  for (double v = 0; v <= xmax + xs / 2; v += xs) {
+    os << text(x0 + pw * v / xmax, y0 + 16, tick_label(v));
+  }
+  for (double v = 0; v <= ymax + ys / 2; v += ys) {
+    os << text(x0 - 6, y0 - ph * v / ymax + 4, tick_label(v), "end");
+  }
+  os << "<rect x=\"" << x0 << "\" y=\"" << y0 - ph << "\" width=\"" << pw << "\" height=\"" << ph
+     << "\" fill=\"none\" stroke=\"black\"/>\n";
+  for (const auto& st : steps->items()) {
+    const bool prefill = num(st, "prefill_tokens") > 0;
+    os << "<circle cx=\"" << fmt("%.1f", x0 + pw * num(st, "max_context") / xmax) << "\" cy=\""
+       << fmt("%.1f", y0 - ph * num(st, "latency_ms") / ymax) << "\" r=\"2.5\" fill=\""
+       << (prefill ? "#e6550d" : "#3182bd") << "\" fill-opacity=\"0.7\"/>\n";
+  }
+  os << text(x0 + pw / 2, y0 + 36, "largest context in the step (tokens)");
+  os << text(18, y0 - ph / 2, "step latency (ms)", "middle", 12,
+             " transform=\"rotate(-90 18 " + fmt("%.1f", y0 - ph / 2) + ")\"");
+  os << text(x0 + pw / 2, y0 - ph - 10, "Step latency vs context", "middle", 13,
+             " font-weight=\"bold\"");
+  os << "<circle cx=\"" << x0 + 12 << "\" cy=\"" << y0 - ph + 14
+     << "\" r=\"4\" fill=\"#3182bd\"/>\n"
+     << text(x0 + 20, y0 - ph + 18, "decode only", "start", 11);
+  os << "<circle cx=\"" << x0 + 12 << "\" cy=\"" << y0 - ph + 30
+     << "\" r=\"4\" fill=\"#e6550d\"/>\n"
+     << text(x0 + 20, y0 - ph + 34, "with prefill", "start", 11);
+
+  // Panel 2: total time per stage (horizontal bars).
+  const json::Value& stages = member(*summary, "stage_ms");
+  const double bx0 = 690, bw = 270;
+  double smax = 1e-3, total = 0.0;
+  for (const auto& kv : stages.members()) {
+    smax = std::max(smax, kv.second.as_number());
+    total += kv.second.as_number();
+  }
+  const double ss = nice_step(smax, 4);
+  smax = std::ceil(smax / ss) * ss;
+  const size_t n = stages.members().size();
+  const double bar_h = n > 0 ? ph / static_cast<double>(n) : ph;
+  os << text(bx0 + bw / 2, y0 - ph - 10, "Time per stage (whole run)", "middle", 13,
+             " font-weight=\"bold\"");
+  for (double v = 0; v <= smax + ss / 2; v += ss) {
+    const double x = bx0 + bw * v / smax;
+    os << "<line x1=\"" << fmt("%.1f", x) << "\" y1=\"" << y0 << "\" x2=\"" << fmt("%.1f", x)
+       << "\" y2=\"" << y0 - ph << "\" stroke=\"#ccc\"/>\n";
+    os << text(x, y0 + 16, tick_label(v));
+  }
+  size_t i = 0;
+  for (const auto& kv : stages.members()) {
+    const double v = kv.second.as_number();
+    const double y = y0 - ph + bar_h * static_cast<double>(i) + bar_h * 0.2;
+    os << "<rect x=\"" << bx0 << "\" y=\"" << fmt("%.1f", y) << "\" width=\""
+       << fmt("%.1f", bw * v / smax) << "\" height=\"" << fmt("%.1f", bar_h * 0.6)
+       << "\" fill=\"#756bb1\"/>\n";
+    os << text(bx0 - 6, y + bar_h * 0.3 + 4, kv.first, "end", 11);
+    os << text(bx0 + bw * v / smax + 4, y + bar_h * 0.3 + 4,
+               fmt("%.0f%%", total > 0 ? 100.0 * v / total : 0.0), "start", 10);
+    ++i;
+  }
+  os << "<rect x=\"" << bx0 << "\" y=\"" << y0 - ph << "\" width=\"" << bw << "\" height=\"" << ph
+     << "\" fill=\"none\" stroke=\"black\"/>\n";
+  os << text(bx0 + bw / 2, y0 + 36, "milliseconds");
+  os << "</svg>\n";
+  *svg = os.str();
+  return Status::Ok();
+}
+
+Status write_file_atomic(const std::string& path, const std::string& data) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return Status(StatusCode::kIoError, "cannot write '" + tmp + "'");
+    f << data;
+    f.close();
+    if (!f) {
+      std::remove(tmp.c_str());
+      return Status(StatusCode::kIoError, "cannot write '" + tmp + "'");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Status(StatusCode::kIoError, "cannot rename '" + tmp + "' to '" + path + "'");
+  }
+  return Status::Ok();
+}
+
+Status read_file(const std::string& path, std::string* data) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return Status(StatusCode::kIoError, "cannot open '" + path + "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  *data = ss.str();
+  return Status::Ok();
+}
+
+}  // namespace engine
+}  // namespace msa
