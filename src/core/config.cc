@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -231,6 +232,11 @@ Status parse_hf_config(const std::string& json_text, ModelConfig* out) {
 }
 
 Status load_hf_config(const std::string& path, ModelConfig* out) {
+  // A directory opens as a stream on Linux and reads as empty; reject it as unreadable.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return Status(StatusCode::kIoError, "config: '" + path + "' is not a readable file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status(StatusCode::kIoError, "config: cannot open '" + path + "'");
   std::ostringstream text;

@@ -211,6 +211,7 @@ TEST(HfConfig, Errors) {
 TEST(HfConfig, LoadsFile) {
   ModelConfig c;
   EXPECT_EQ(load_hf_config("/nonexistent/msa/config.json", &c).code(), StatusCode::kIoError);
+  EXPECT_EQ(load_hf_config(::testing::TempDir(), &c).code(), StatusCode::kIoError);
   const std::string path = ::testing::TempDir() + "msa_test_config.json";
   {
     std::ofstream f(path);
