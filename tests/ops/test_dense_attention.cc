@@ -1,0 +1,211 @@
+// Dense causal GQA attention over the paged cache (layers 0-2) on the binary's test device
+// against the float64 oracle; on CUDA also against the CPU backend. Covers prefill rows with
+// prefixes and padding, decode batches in prefill form, TP head presets, cache layouts, e4m3
+// scale modes, thread-count invariance and bad inputs.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/attention_cases.h"
+
+namespace msa {
+namespace test {
+namespace {
+
+using attn::Batch;
+using attn::BatchSpec;
+using attn::Form;
+using attn::Layout;
+
+struct NamedSpec {
+  std::string name;
+  BatchSpec spec;
+};
+
+std::vector<NamedSpec> dense_specs() {
+  std::vector<NamedSpec> v;
+  {
+    BatchSpec s;  // chunked prefill with prefixes, a request without rows, padding rows
+    s.num_q_heads = 8;
+    s.seq_lens = {2049, 129, 40, 128};
+    s.query_lens = {3, 129, 0, 2};
+    s.padding_rows = 2;
+    v.push_back({"ChunkedTp8Packed", s});
+  }
+  {
+    BatchSpec s;  // a decode batch in prefill form, TP1 heads, split NHD, bf16 output
+    s.num_q_heads = 64;
+    s.num_kv_heads = 4;
+    s.seq_lens = {1, 127, 128, 260};
+    s.query_lens = {1, 1, 1, 1};
+    s.layout = Layout::kSplitNhd;
+    s.out_dtype = DType::kBF16;
+    s.seed = 2;
+    v.push_back({"DecodeBatchTp1NhdBf16Out", s});
+  }
+  {
+    BatchSpec s;  // TP2 heads, HND, e4m3 per-token-head, speculative-style rows
+    s.num_q_heads = 32;
+    s.num_kv_heads = 2;
+    s.head_dim = 64;
+    s.seq_lens = {300, 4, 2048};
+    s.query_lens = {4, 4, 4};
+    s.layout = Layout::kSplitHnd;
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerTokenHead;
+    s.with_lse = false;
+    s.seed = 3;
+    v.push_back({"Tp2HndE4m3PerTokenHead", s});
+  }
+  {
+    BatchSpec s;  // TP4 heads, e4m3 per-layer, f32 q
+    s.seq_lens = {500, 77};
+    s.query_lens = {20, 77};
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerLayer;
+    s.q_dtype = DType::kF32;
+    s.seed = 4;
+    v.push_back({"Tp4PackedE4m3PerLayer", s});
+  }
+  {
+    BatchSpec s;  // e4m3 without scale, f16 q and output, explicit scale
+    s.num_q_heads = 8;
+    s.seq_lens = {1000};
+    s.query_lens = {5};
+    s.padding_rows = 1;
+    s.cache_dtype = DType::kE4M3;
+    s.q_dtype = DType::kF16;
+    s.out_dtype = DType::kF16;
+    s.softmax_scale = 0.03f;
+    s.seed = 5;
+    v.push_back({"E4m3NoneF16", s});
+  }
+  return v;
+}
+
+class DenseAttentionCases : public ::testing::TestWithParam<NamedSpec> {};
+
+TEST_P(DenseAttentionCases, MatchesOracle) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s = GetParam().spec;
+  s.form = Form::kDense;
+  attn::check_against_oracle(s);
+}
+
+INSTANTIATE_TEST_SUITE_P(DenseAttention, DenseAttentionCases, ::testing::ValuesIn(dense_specs()),
+                         [](const ::testing::TestParamInfo<NamedSpec>& i) { return i.param.name; });
+
+TEST(DenseAttention, DeterministicAcrossThreadCounts) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s;
+  s.form = Form::kDense;
+  s.num_q_heads = 16;
+  s.seq_lens = {600, 131};
+  s.query_lens = {7, 131};
+  s.padding_rows = 2;
+  s.seed = 11;
+  std::unique_ptr<Batch> ref = attn::make_batch(s, test::test_device());
+  ASSERT_TRUE(attn::run_batch(*ref, Stream{nullptr, 1}).ok());
+  for (int threads : {2, 8}) {
+    std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
+    ASSERT_TRUE(attn::run_batch(*b, Stream{nullptr, threads}).ok());
+    EXPECT_TRUE(attn::same_bytes(ref->out, b->out)) << threads << " threads: out differs";
+    EXPECT_TRUE(attn::same_bytes(ref->lse, b->lse)) << threads << " threads: lse differs";
+  }
+}
+
+// Uploads a known pattern into out and lse, runs `args`, checks the status code and, on the CPU
+// or for host-detected errors, that the outputs kept their pattern.
+void expect_rejected(Batch& b, const DenseAttentionArgs& args, StatusCode code,
+                     const std::string& what) {
+  b.out.fill_bytes(0x3C);
+  b.out.upload();
+  b.lse.fill_bytes(0x3C);
+  b.lse.upload();
+  b.flags.set_flat(0, 0);
+  b.flags.upload();
+  const Status st = attn::run_op(args, b.device);
+  EXPECT_EQ(st.code(), code) << what << ": " << st.to_string();
+  b.out.download();
+  b.lse.download();
+  bool unchanged = true;
+  for (uint8_t x : b.out.host_bytes()) unchanged = unchanged && x == 0x3C;
+  for (uint8_t x : b.lse.host_bytes()) unchanged = unchanged && x == 0x3C;
+  EXPECT_TRUE(unchanged) << what << ": outputs were written";
+}
+
+TEST(DenseAttention, RejectsBadArguments) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s;
+  s.form = Form::kDense;
+  s.num_q_heads = 4;
+  s.num_kv_heads = 2;
+  s.head_dim = 64;
+  s.seq_lens = {300, 10};
+  s.query_lens = {3, 1};
+  std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
+  const Device dev = b->device;
+  TestTensor q3 = TestTensor(DType::kBF16, {4, 3, 64}, dev);
+  TestTensor out_f16 = TestTensor(DType::kF16, {4, 4, 64}, dev);
+  TestTensor cu2 = TestTensor(DType::kI32, {2}, dev);
+  TestTensor bt1 = TestTensor(DType::kI32, {5}, dev);
+  const StatusCode kInvalid = StatusCode::kInvalidArgument;
+  DenseAttentionArgs a = attn::dense_args(*b);
+  a.q = q3.view();
+  expect_rejected(*b, a, kInvalid, "Hq not a multiple of Hkv");
+  a = attn::dense_args(*b);
+  a.out = out_f16.view();
+  expect_rejected(*b, a, kInvalid, "out dtype");
+  a = attn::dense_args(*b);
+  a.cu_seqlens_q = cu2.view();
+  expect_rejected(*b, a, kInvalid, "cu_seqlens_q shape");
+  a = attn::dense_args(*b);
+  a.block_table = bt1.view();
+  expect_rejected(*b, a, kInvalid, "block_table rank");
+  a = attn::dense_args(*b);
+  a.kv_cache.k.strides[3] = 2;
+  expect_rejected(*b, a, kInvalid, "cache stride");
+}
+
+TEST(DenseAttention, RejectsBadValues) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s;
+  s.form = Form::kDense;
+  s.num_q_heads = 4;
+  s.head_dim = 64;
+  s.seq_lens = {300, 10};
+  s.query_lens = {3, 1};
+  struct Case {
+    const char* what;
+    int64_t bt_col;  // block-table entry of request 0 to break, or -1
+    int64_t seq_len0;
+    int32_t bit;
+  };
+  for (const Case& c : {Case{"block id", 1, 300, kDeviceErrorBlockId},
+                        Case{"seq_len beyond table", -1, 128 * 5 + 1, kDeviceErrorSeqLen},
+                        Case{"rows > seq_len", -1, 2, kDeviceErrorQueryLen}}) {
+    std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
+    if (c.bt_col >= 0) {
+      b->block_table.set({0, c.bt_col}, -3);
+      b->block_table.upload();
+    }
+    b->seq_lens.set_flat(0, static_cast<double>(c.seq_len0));
+    b->seq_lens.upload();
+    if (b->device.is_cpu()) {
+      expect_rejected(*b, attn::dense_args(*b), StatusCode::kOutOfRange, c.what);
+    } else {
+      b->flags.set_flat(0, 0);
+      b->flags.upload();
+      const Status st = attn::run_op(attn::dense_args(*b), b->device);
+      EXPECT_TRUE(st.ok()) << c.what << ": " << st.to_string();
+    }
+    b->flags.download();
+    EXPECT_EQ(static_cast<int32_t>(b->flags.get_flat(0)), c.bit) << c.what;
+  }
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace msa

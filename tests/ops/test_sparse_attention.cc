@@ -1,0 +1,494 @@
+// Sparse attention (decode and prefill rows, spec A5) on the binary's test device against the
+// float64 oracle; on CUDA also against the CPU backend. Covers cache layouts, bf16 and e4m3
+// caches with every scale mode, TP head presets, context lengths around block boundaries and
+// beyond 64K, padded requests and rows, the sparse == dense property, thread-count invariance,
+// and bad inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/attention_cases.h"
+
+namespace msa {
+namespace test {
+namespace {
+
+using attn::Batch;
+using attn::BatchSpec;
+using attn::Form;
+using attn::Layout;
+
+struct NamedSpec {
+  std::string name;
+  BatchSpec spec;
+};
+
+std::vector<NamedSpec> decode_specs() {
+  std::vector<NamedSpec> v;
+  {
+    BatchSpec s;  // TP4 heads, block-boundary contexts, a padded request, f32 output
+    s.query_len = 1;
+    s.seq_lens = {1, 127, 128, 0, 129, 2047, 2048, 2049};
+    s.topk_extra_rows = 3;
+    v.push_back({"Ql1Tp4PackedBf16", s});
+  }
+  {
+    BatchSpec s;  // speculative rows, split NHD, bf16 output without lse
+    s.query_len = 4;
+    s.num_q_heads = 8;
+    s.seq_lens = {4, 127, 0, 128, 129, 2047, 2048, 2049};
+    s.layout = Layout::kSplitNhd;
+    s.out_dtype = DType::kBF16;
+    s.with_lse = false;
+    s.seed = 2;
+    v.push_back({"Ql4Tp8NhdBf16Out", s});
+  }
+  {
+    BatchSpec s;  // TP2 heads, HND, e4m3 without scale, few top-k entries
+    s.num_q_heads = 32;
+    s.num_kv_heads = 2;
+    s.head_dim = 64;
+    s.seq_lens = {300, 0, 1000};
+    s.topk_width = 4;
+    s.layout = Layout::kSplitHnd;
+    s.cache_dtype = DType::kE4M3;
+    s.seed = 3;
+    v.push_back({"Ql1Tp2HndE4m3None", s});
+  }
+  {
+    BatchSpec s;  // TP1 heads, e4m3 per-layer scales
+    s.query_len = 4;
+    s.num_q_heads = 64;
+    s.num_kv_heads = 4;
+    s.seq_lens = {256, 513};
+    s.topk_width = 3;
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerLayer;
+    s.seed = 4;
+    v.push_back({"Ql4Tp1PackedE4m3PerLayer", s});
+  }
+  {
+    BatchSpec s;  // e4m3 per-token-head scales, bf16 output
+    s.seq_lens = {2049, 129, 0, 700};
+    s.layout = Layout::kSplitNhd;
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerTokenHead;
+    s.out_dtype = DType::kBF16;
+    s.seed = 5;
+    v.push_back({"Ql1Tp4NhdE4m3PerTokenHead", s});
+  }
+  {
+    BatchSpec s;  // f16 q and output, explicit softmax scale
+    s.query_len = 2;
+    s.num_q_heads = 8;
+    s.seq_lens = {130, 0, 257};
+    s.topk_width = 2;
+    s.layout = Layout::kSplitHnd;
+    s.q_dtype = DType::kF16;
+    s.out_dtype = DType::kF16;
+    s.softmax_scale = 0.05f;
+    s.seed = 6;
+    v.push_back({"Ql2F16ExplicitScale", s});
+  }
+  {
+    BatchSpec s;  // > 64K context: only the 16 selected blocks are attended; f32 q
+    s.num_q_heads = 8;
+    s.seq_lens = {65536 + 37, 0};
+    s.shared_pages = true;
+    s.q_dtype = DType::kF32;
+    s.seed = 7;
+    v.push_back({"LongContext64K", s});
+  }
+  return v;
+}
+
+class SparseAttentionDecodeCases : public ::testing::TestWithParam<NamedSpec> {};
+
+TEST_P(SparseAttentionDecodeCases, MatchesOracle) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s = GetParam().spec;
+  s.form = Form::kDecode;
+  attn::check_against_oracle(s);
+}
+
+INSTANTIATE_TEST_SUITE_P(SparseAttention, SparseAttentionDecodeCases,
+                         ::testing::ValuesIn(decode_specs()),
+                         [](const ::testing::TestParamInfo<NamedSpec>& i) { return i.param.name; });
+
+std::vector<NamedSpec> prefill_specs() {
+  std::vector<NamedSpec> v;
+  {
+    BatchSpec s;  // chunked prefill with prefixes, a request without rows, padding rows
+    s.seq_lens = {300, 129, 2100, 50};
+    s.query_lens = {45, 129, 5, 0};
+    s.padding_rows = 3;
+    s.topk_extra_rows = 2;
+    v.push_back({"ChunkedTp4Packed", s});
+  }
+  {
+    BatchSpec s;  // TP2 heads, HND, e4m3 per-token-head, bf16 output
+    s.num_q_heads = 32;
+    s.num_kv_heads = 2;
+    s.head_dim = 64;
+    s.seq_lens = {200, 400};
+    s.query_lens = {70, 20};
+    s.padding_rows = 1;
+    s.topk_width = 3;
+    s.layout = Layout::kSplitHnd;
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerTokenHead;
+    s.out_dtype = DType::kBF16;
+    s.seed = 12;
+    v.push_back({"Tp2HndE4m3PerTokenHead", s});
+  }
+  {
+    BatchSpec s;  // TP1 heads, NHD, e4m3 per-layer, the own block not forced
+    s.num_q_heads = 64;
+    s.num_kv_heads = 4;
+    s.seq_lens = {17, 260};
+    s.query_lens = {17, 3};
+    s.topk_width = 2;
+    s.own_block = false;
+    s.layout = Layout::kSplitNhd;
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerLayer;
+    s.with_lse = false;
+    s.seed = 13;
+    v.push_back({"Tp1NhdE4m3PerLayerNoOwnBlock", s});
+  }
+  {
+    BatchSpec s;  // TP8 heads, f32 q and output
+    s.num_q_heads = 8;
+    s.seq_lens = {129, 1};
+    s.query_lens = {129, 1};
+    s.topk_width = 1;
+    s.q_dtype = DType::kF32;
+    s.seed = 14;
+    v.push_back({"Tp8F32TopkOne", s});
+  }
+  return v;
+}
+
+class SparseAttentionPrefillCases : public ::testing::TestWithParam<NamedSpec> {};
+
+TEST_P(SparseAttentionPrefillCases, MatchesOracle) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s = GetParam().spec;
+  s.form = Form::kPrefill;
+  attn::check_against_oracle(s);
+}
+
+INSTANTIATE_TEST_SUITE_P(SparseAttention, SparseAttentionPrefillCases,
+                         ::testing::ValuesIn(prefill_specs()),
+                         [](const ::testing::TestParamInfo<NamedSpec>& i) { return i.param.name; });
+
+// Compares two runs of the same inputs: bitwise on the CPU (same accumulation order), within
+// the CUDA budget otherwise.
+void expect_same_outputs(const Batch& a, const Batch& b, const std::string& what) {
+  if (a.device.is_cpu()) {
+    EXPECT_TRUE(attn::same_bytes(a.out, b.out)) << what << ": out differs";
+    if (a.spec.with_lse) {
+      EXPECT_TRUE(attn::same_bytes(a.lse, b.lse)) << what << ": lse differs";
+    }
+    return;
+  }
+  const double max_v = attn::max_abs(a.cache->values().v);
+  attn::expect_outputs_near(a, attn::outputs_as_result(b), max_v, a.device, what);
+}
+
+// Property: when the top-k lists every visible block, sparse attention equals dense attention.
+TEST(SparseAttention, EqualsDenseWhenAllBlocksSelected) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s;
+  s.num_q_heads = 16;
+  s.seq_lens = {1, 127, 128, 129, 2047, 2048};
+  s.topk_all_visible = true;
+  s.layout = Layout::kSplitNhd;
+  s.seed = 21;
+
+  s.form = Form::kDecode;
+  std::unique_ptr<Batch> sparse = attn::make_batch(s, test::test_device());
+  ASSERT_TRUE(attn::run_batch(*sparse).ok());
+  BatchSpec d = s;
+  d.form = Form::kDense;
+  d.query_lens.assign(s.seq_lens.size(), 1);
+  std::unique_ptr<Batch> dense = attn::make_batch(d, test::test_device());
+  ASSERT_TRUE(attn::run_batch(*dense).ok());
+  expect_same_outputs(*sparse, *dense, "decode vs dense");
+
+  BatchSpec p = s;
+  p.form = Form::kPrefill;
+  p.seq_lens = {300, 2048, 77};
+  p.query_lens = {40, 9, 77};
+  p.padding_rows = 2;
+  d = p;
+  d.form = Form::kDense;
+  sparse = attn::make_batch(p, test::test_device());
+  ASSERT_TRUE(attn::run_batch(*sparse).ok());
+  dense = attn::make_batch(d, test::test_device());
+  ASSERT_TRUE(attn::run_batch(*dense).ok());
+  expect_same_outputs(*sparse, *dense, "prefill vs dense");
+}
+
+// Property: the CPU backend gives the same bits for every thread count; CUDA gives the same
+// bits run to run (spec A5).
+TEST(SparseAttention, DeterministicAcrossThreadCounts) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s;
+  s.form = Form::kPrefill;
+  s.num_q_heads = 32;
+  s.num_kv_heads = 2;
+  s.seq_lens = {700, 129, 40};
+  s.query_lens = {6, 2, 40};
+  s.padding_rows = 1;
+  s.topk_width = 4;
+  s.cache_dtype = DType::kE4M3;
+  s.scale_mode = KvScaleMode::kPerTokenHead;
+  s.seed = 31;
+  std::unique_ptr<Batch> ref = attn::make_batch(s, test::test_device());
+  ASSERT_TRUE(attn::run_batch(*ref, Stream{nullptr, 1}).ok());
+  for (int threads : {2, 8}) {
+    std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
+    ASSERT_TRUE(attn::run_batch(*b, Stream{nullptr, threads}).ok());
+    EXPECT_TRUE(attn::same_bytes(ref->out, b->out)) << threads << " threads: out differs";
+    EXPECT_TRUE(attn::same_bytes(ref->lse, b->lse)) << threads << " threads: lse differs";
+  }
+  // Decode rows with fewer (row, KV head) pairs than threads: head groups are sliced.
+  BatchSpec d;
+  d.seq_lens = {1500};
+  d.seed = 32;
+  std::unique_ptr<Batch> one = attn::make_batch(d, test::test_device());
+  ASSERT_TRUE(attn::run_batch(*one, Stream{nullptr, 1}).ok());
+  std::unique_ptr<Batch> many = attn::make_batch(d, test::test_device());
+  ASSERT_TRUE(attn::run_batch(*many, Stream{nullptr, 8}).ok());
+  EXPECT_TRUE(attn::same_bytes(one->out, many->out));
+  EXPECT_TRUE(attn::same_bytes(one->lse, many->lse));
+}
+
+// The fp8 scales are applied: the scaled result matches its oracle (MatchesOracle cases) and
+// differs clearly from the result of the same stored bytes read without scales.
+TEST(SparseAttention, Fp8ScalesChangeTheResult) {
+  MSA_REQUIRE_TEST_DEVICE();
+  for (KvScaleMode mode : {KvScaleMode::kPerLayer, KvScaleMode::kPerTokenHead}) {
+    BatchSpec s;
+    s.form = Form::kPrefill;
+    s.num_q_heads = 8;
+    s.seq_lens = {17, 300};
+    s.query_lens = {17, 2};
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = mode;
+    s.seed = 41;
+    std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
+    ASSERT_TRUE(attn::run_batch(*b).ok());
+    const oracle::AttentionResult scaled = attn::outputs_as_result(*b);
+
+    SparseAttentionPrefillArgs a = attn::prefill_args(*b);
+    a.kv_cache = b->cache->view_with_mode(KvScaleMode::kNone);
+    b->out.poison_device();
+    ASSERT_TRUE(attn::run_op(a, b->device).ok());
+    b->out.download();
+    const oracle::KvValues raw = b->cache->values_with_mode(KvScaleMode::kNone);
+    const oracle::AttentionResult want =
+        oracle::attention(attn::oracle_batch(*b), attn::q_values(*b), raw);
+    b->spec.with_lse = false;  // lse was not rewritten by the unscaled run
+    attn::expect_outputs_near(*b, want, attn::max_abs(raw.v), b->device, "unscaled");
+    double diff = 0.0;
+    for (int64_t i = 0; i < b->out.numel(); ++i) {
+      diff = std::max(diff, std::fabs(b->out.get_flat(i) - scaled.out[i]));
+    }
+    // Scales of 0.05..0.5 shrink V by 2x or more: the results differ by far more than 0.1.
+    EXPECT_GT(diff, 0.1) << "scale mode " << static_cast<int>(mode);
+  }
+}
+
+// A duplicated id in a top-k row counts once: the row is treated as a set.
+TEST(SparseAttention, TopkRowIsASet) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s;
+  s.num_q_heads = 8;
+  s.seq_lens = {1000, 600};
+  s.topk_width = 5;
+  s.seed = 51;
+  std::unique_ptr<Batch> ref = attn::make_batch(s, test::test_device());
+  attn::set_topk_row(*ref, 0, 0, {0, 3, 7});
+  attn::set_topk_row(*ref, 0, 1, {1, 4});
+  ASSERT_TRUE(attn::run_batch(*ref).ok());
+  std::unique_ptr<Batch> dup = attn::make_batch(s, test::test_device());
+  attn::set_topk_row(*dup, 0, 0, {0, 3, 3, 7, 7});
+  attn::set_topk_row(*dup, 0, 1, {1, 1, 4, 4});
+  ASSERT_TRUE(attn::run_batch(*dup).ok());
+  expect_same_outputs(*dup, *ref, "duplicated ids");
+}
+
+// ---- Bad inputs ----
+
+// Uploads a known pattern into out and lse, runs `args`, and checks the status code and that
+// the outputs kept their pattern.
+template <typename Args>
+void expect_rejected(Batch& b, const Args& args, StatusCode code, const std::string& what) {
+  b.out.fill_bytes(0x3C);
+  b.out.upload();
+  b.lse.fill_bytes(0x3C);
+  b.lse.upload();
+  const Status st = attn::run_op(args, b.device);
+  EXPECT_EQ(st.code(), code) << what << ": " << st.to_string();
+  EXPECT_FALSE(st.message().empty()) << what;
+  b.out.download();
+  b.lse.download();
+  for (uint8_t x : b.out.host_bytes()) {
+    if (x != 0x3C) {
+      ADD_FAILURE() << what << ": out was written";
+      break;
+    }
+  }
+  for (uint8_t x : b.lse.host_bytes()) {
+    if (x != 0x3C) {
+      ADD_FAILURE() << what << ": lse was written";
+      break;
+    }
+  }
+}
+
+TEST(SparseAttention, RejectsBadArguments) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s;
+  s.num_q_heads = 4;
+  s.num_kv_heads = 2;
+  s.head_dim = 64;
+  s.query_len = 2;
+  s.seq_lens = {300, 0};
+  s.topk_width = 4;
+  std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
+  const Device dev = b->device;
+  TestTensor q3 = TestTensor(DType::kBF16, {4, 3, 64}, dev);
+  TestTensor q_d32 = TestTensor(DType::kBF16, {4, 4, 32}, dev);
+  TestTensor q_strided = TestTensor(DType::kBF16, {4, 4, 64}, {512, 128, 2}, 2048, dev);
+  TestTensor q_t6 = TestTensor(DType::kBF16, {6, 4, 64}, dev);
+  TestTensor out_f16 = TestTensor(DType::kF16, {4, 4, 64}, dev);
+  TestTensor lse_bad = TestTensor(DType::kF32, {4, 3}, dev);
+  TestTensor lse_bf16 = TestTensor(DType::kBF16, {4, 4}, dev);
+  TestTensor topk_h1 = TestTensor(DType::kI32, {1, 4, 4}, dev);
+  TestTensor topk_short = TestTensor(DType::kI32, {2, 3, 4}, dev);
+  TestTensor topk_i64 = TestTensor(DType::kI64, {2, 4, 4}, dev);
+  TestTensor bt_i64 = TestTensor(DType::kI64, {2, 5}, dev);
+  TestTensor seq3 = TestTensor(DType::kI32, {3}, dev);
+  TestTensor flags2 = TestTensor(DType::kI32, {2}, dev);
+  const auto base = attn::decode_args(*b);
+  const StatusCode kInvalid = StatusCode::kInvalidArgument;
+  auto with = [&](auto mutate) {
+    SparseAttentionDecodeArgs a = base;
+    mutate(a);
+    return a;
+  };
+  expect_rejected(*b, with([&](auto& a) { a.q = q3.view(); }), kInvalid, "Hq not a multiple");
+  expect_rejected(*b, with([&](auto& a) { a.q = q_d32.view(); }), kInvalid, "head_dim");
+  expect_rejected(*b, with([&](auto& a) { a.q = q_strided.view(); }), kInvalid, "q stride");
+  expect_rejected(*b, with([&](auto& a) { a.q = q_t6.view(); }), kInvalid, "T != B * L");
+  expect_rejected(*b, with([&](auto& a) { a.q.dtype = DType::kI32; }), kInvalid, "q dtype");
+  expect_rejected(*b, with([&](auto& a) { a.out = out_f16.view(); }), kInvalid, "out dtype");
+  expect_rejected(*b, with([&](auto& a) { a.out = q_t6.view(); }), kInvalid, "out shape");
+  expect_rejected(*b, with([&](auto& a) { a.lse = lse_bad.view(); }), kInvalid, "lse shape");
+  expect_rejected(*b, with([&](auto& a) { a.lse = lse_bf16.view(); }), kInvalid, "lse dtype");
+  expect_rejected(*b, with([&](auto& a) { a.topk = topk_h1.view(); }), kInvalid, "topk heads");
+  expect_rejected(*b, with([&](auto& a) { a.topk = topk_short.view(); }), kInvalid, "topk rows");
+  expect_rejected(*b, with([&](auto& a) { a.topk = topk_i64.view(); }), kInvalid, "topk dtype");
+  expect_rejected(*b, with([&](auto& a) { a.block_table = bt_i64.view(); }), kInvalid, "bt dtype");
+  expect_rejected(*b, with([&](auto& a) { a.seq_lens = seq3.view(); }), kInvalid, "seq_lens");
+  expect_rejected(*b, with([&](auto& a) { a.error_flags = flags2.view(); }), kInvalid, "flags");
+  expect_rejected(*b, with([&](auto& a) { a.query_len = 9; }), kInvalid, "query_len 9");
+  expect_rejected(*b, with([&](auto& a) { a.query_len = 0; }), kInvalid, "query_len 0");
+  expect_rejected(*b, with([&](auto& a) { a.softmax_scale = NAN; }), kInvalid, "scale NaN");
+  expect_rejected(*b, with([&](auto& a) { a.kv_cache.v.dtype = DType::kF16; }), kInvalid,
+                  "v dtype");
+  expect_rejected(*b, with([&](auto& a) { a.kv_cache.scale_mode = KvScaleMode::kPerLayer; }),
+                  kInvalid, "scale mode on a bf16 cache");
+  if (dev.is_cuda()) {
+    TestTensor host_seq = TestTensor(DType::kI32, {2}, Device::cpu());
+    expect_rejected(*b, with([&](auto& a) { a.seq_lens = host_seq.view(); }), kInvalid,
+                    "device mismatch");
+  }
+
+  // Prefill: cu_seqlens_q shape.
+  BatchSpec p = s;
+  p.form = Form::kPrefill;
+  p.query_lens = {3, 0};
+  std::unique_ptr<Batch> pb = attn::make_batch(p, test::test_device());
+  SparseAttentionPrefillArgs pa = attn::prefill_args(*pb);
+  pa.cu_seqlens_q = seq3.view().slice(0, 0, 2);
+  expect_rejected(*pb, pa, kInvalid, "cu_seqlens_q shape");
+}
+
+// Values inside tensors: the CPU returns kOutOfRange, writes nothing and sets the flag; CUDA
+// skips the bad item and sets the flag.
+template <typename Args>
+void expect_value_error(Batch& b, const Args& args, int32_t bit, const std::string& what) {
+  b.flags.set_flat(0, 0);
+  b.flags.upload();
+  if (b.device.is_cpu()) {
+    expect_rejected(b, args, StatusCode::kOutOfRange, what);
+  } else {
+    const Status st = attn::run_op(args, b.device);
+    EXPECT_TRUE(st.ok()) << what << ": " << st.to_string();
+  }
+  b.flags.download();
+  EXPECT_EQ(static_cast<int32_t>(b.flags.get_flat(0)), bit) << what;
+}
+
+TEST(SparseAttention, RejectsBadValues) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s;
+  s.num_q_heads = 4;
+  s.head_dim = 64;
+  s.query_len = 2;
+  s.seq_lens = {300, 0, 200};
+  s.topk_width = 4;
+  {
+    std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
+    attn::set_topk_row(*b, 0, 1, {0, 3});  // row 1 is at position 299: visible blocks 0..2
+    expect_value_error(*b, attn::decode_args(*b), kDeviceErrorTopkId, "topk id beyond visible");
+  }
+  {
+    std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
+    attn::set_topk_row(*b, 0, 0, {1});
+    b->block_table.set({0, 1}, 1 << 20);
+    b->block_table.upload();
+    expect_value_error(*b, attn::decode_args(*b), kDeviceErrorBlockId, "block id");
+  }
+  {
+    std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
+    b->seq_lens.set_flat(2, 128 * 5 + 1);  // the table has 3 + 2 columns
+    b->seq_lens.upload();
+    expect_value_error(*b, attn::decode_args(*b), kDeviceErrorSeqLen, "seq_len beyond table");
+    b->seq_lens.set_flat(2, -5);
+    b->seq_lens.upload();
+    expect_value_error(*b, attn::decode_args(*b), kDeviceErrorSeqLen, "negative seq_len");
+    b->seq_lens.set_flat(2, 1);
+    b->seq_lens.upload();
+    expect_value_error(*b, attn::decode_args(*b), kDeviceErrorQueryLen, "seq_len < query_len");
+  }
+  {
+    BatchSpec p = s;
+    p.form = Form::kPrefill;
+    p.query_lens = {3, 0, 2};
+    std::unique_ptr<Batch> b = attn::make_batch(p, test::test_device());
+    b->cu_seqlens.set_flat(1, 4);
+    b->cu_seqlens.set_flat(2, 2);  // decreasing
+    b->cu_seqlens.upload();
+    expect_value_error(*b, attn::prefill_args(*b), kDeviceErrorQueryLen, "cu_seqlens_q");
+  }
+  {
+    BatchSpec p = s;
+    p.form = Form::kPrefill;
+    p.query_lens = {3, 0, 2};
+    p.seq_lens = {300, 0, 1};  // 2 rows for 1 token
+    std::unique_ptr<Batch> b = attn::make_batch(p, test::test_device());
+    expect_value_error(*b, attn::prefill_args(*b), kDeviceErrorQueryLen, "rows > seq_len");
+  }
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace msa
