@@ -1,0 +1,127 @@
+// End-to-end engine runs on the CPU backend with a small model: reproducibility, preemption
+// and recomputation, speculative rows, chunking, reuse and fp8 caches.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "engine_test_util.h"
+
+namespace msa {
+namespace engine {
+namespace {
+
+using test::small_engine;
+using test::small_workload;
+
+std::vector<uint64_t> checksums(const RunResult& r) {
+  std::vector<uint64_t> c;
+  for (const auto& q : r.requests) c.push_back(q.checksum);
+  return c;
+}
+
+RunResult run(const EngineOptions& o, const std::vector<RequestSpec>& reqs) {
+  RunResult r;
+  const Status s = run_engine(o, reqs, nullptr, &r);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(r.blocks_in_use_at_end, 0);
+  return r;
+}
+
+TEST(Engine, RunIsBitwiseReproducibleFromItsSeed) {
+  const auto reqs = small_workload(6);
+  const RunResult a = run(small_engine(reqs), reqs);
+  const RunResult b = run(small_engine(reqs), reqs);
+  ASSERT_EQ(a.steps.size(), b.steps.size());
+  for (size_t i = 0; i < a.steps.size(); ++i) EXPECT_EQ(a.steps[i].tokens, b.steps[i].tokens);
+  EXPECT_EQ(checksums(a), checksums(b));
+  // A different seed gives different activations.
+  EngineOptions o = small_engine(reqs);
+  o.runner.seed = 8;
+  EXPECT_NE(checksums(run(o, reqs)), checksums(a));
+}
+
+TEST(Engine, OutputsDoNotDependOnThreadCount) {
+  const auto reqs = small_workload(3);
+  EXPECT_EQ(checksums(run(small_engine(reqs, 1), reqs)),
+            checksums(run(small_engine(reqs, 2), reqs)));
+}
+
+TEST(Engine, PreemptionAndRecomputeMatchAnUninterruptedRun) {
+  const auto reqs = small_workload(6);
+  const RunResult big = run(small_engine(reqs), reqs);
+  EXPECT_EQ(big.preemptions, 0);
+  EngineOptions tiny = small_engine(reqs);
+  tiny.scheduler.num_blocks = 16;  // one or two requests at a time
+  const RunResult small = run(tiny, reqs);
+  EXPECT_GT(small.preemptions, 0);
+  EXPECT_GT(small.recomputed_tokens, 0);
+  EXPECT_LE(small.peak_kv_blocks, 16);
+  EXPECT_EQ(checksums(small), checksums(big));
+}
+
+TEST(Engine, ChunkSizeDoesNotChangeOutputs) {
+  const auto reqs = small_workload(4);
+  EngineOptions narrow = small_engine(reqs);
+  narrow.scheduler.max_batch_tokens = 37;
+  const RunResult a = run(narrow, reqs);
+  for (const auto& s : a.steps) EXPECT_LE(s.tokens, 37);
+  EXPECT_EQ(checksums(a), checksums(run(small_engine(reqs), reqs)));
+}
+
+TEST(Engine, SpeculativeRowsMatchPlainDecode) {
+  const auto reqs = small_workload(4);
+  EngineOptions spec = small_engine(reqs);
+  spec.scheduler.spec_tokens = 3;
+  spec.scheduler.spec_accept = 0.7;
+  spec.scheduler.num_blocks = default_pool_blocks(reqs, 16, 3);
+  const RunResult a = run(spec, reqs);
+  EXPECT_GT(a.draft_accepted, 0);
+  const RunResult b = run(small_engine(reqs), reqs);
+  EXPECT_LT(a.steps.size(), b.steps.size());
+  // Every position's output is the same whether it was computed as a draft row or alone.
+  EXPECT_EQ(checksums(a), checksums(b));
+}
+
+TEST(Engine, TopkReuseAndFp8CachesRun) {
+  const auto reqs = small_workload(3);
+  EngineOptions o = small_engine(reqs);
+  o.runner.model.use_index_cache = true;
+  o.runner.model.index_topk_freq = 2;
+  o.runner.kv_dtype = DType::kE4M3;
+  o.runner.index_dtype = DType::kE4M3;
+  const RunResult r = run(o, reqs);
+  int reuse = 0;
+  for (LayerKind k : r.plan) reuse += k == LayerKind::kSparseReuse;
+  EXPECT_EQ(reuse, 1);
+  EXPECT_NE(checksums(r), checksums(run(small_engine(reqs), reqs)));
+}
+
+TEST(Engine, FidelitySamplesCoverRowsBeyondTopkReach) {
+  const auto reqs = small_workload(3);
+  EngineOptions o = small_engine(reqs);
+  o.runner.fidelity_rows_per_step = 2;
+  const RunResult r = run(o, reqs);
+  ASSERT_FALSE(r.samples.empty());
+  for (const auto& f : r.samples) {
+    EXPECT_GE(f.position, 4 * 16);
+    EXPECT_GE(f.rel_error, 0.0);
+    EXPECT_GT(f.selected_mass, 0.0);
+    EXPECT_LE(f.selected_mass, 1.0 + 1e-9);
+  }
+}
+
+TEST(Engine, DenseBaselineRunsNoIndexer) {
+  const auto reqs = small_workload(2);
+  EngineOptions o = small_engine(reqs);
+  o.runner.dense_everywhere = true;
+  o.runner.fidelity_rows_per_step = 2;  // ignored: the baseline has no sparse rows
+  const RunResult r = run(o, reqs);
+  EXPECT_TRUE(r.samples.empty());
+  for (const auto& s : r.steps) EXPECT_EQ(s.stages[kStageIndexer], 0.0);
+}
+
+}  // namespace
+}  // namespace engine
+}  // namespace msa
