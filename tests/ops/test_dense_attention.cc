@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,8 @@ struct NamedSpec {
   std::string name;
   BatchSpec spec;
 };
+
+void PrintTo(const NamedSpec& s, std::ostream* os) { *os << s.name; }
 
 std::vector<NamedSpec> dense_specs() {
   std::vector<NamedSpec> v;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <ostream>
 #include <set>
 #include <string>
 #include <vector>
@@ -106,6 +107,11 @@ struct Config {
   int query_len;
   bool own_block;
 };
+
+void PrintTo(const Config& c, std::ostream* os) {
+  *os << "Hkv " << c.num_kv_heads << ", block " << c.block_size << ", stride " << c.page_stride
+      << ", query_len " << c.query_len << (c.own_block ? ", own block" : ", no own block");
+}
 
 class Page16Cases : public ::testing::TestWithParam<Config> {};
 

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,8 @@ struct NamedSpec {
   std::string name;
   BatchSpec spec;
 };
+
+void PrintTo(const NamedSpec& s, std::ostream* os) { *os << s.name; }
 
 std::vector<NamedSpec> decode_specs() {
   std::vector<NamedSpec> v;
