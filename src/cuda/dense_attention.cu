@@ -10,10 +10,17 @@
 //   3. each warp computes the 32 scores of its heads (lane j: key j), then an fp32 online
 //      softmax in base 2 whose max and sum are warp butterfly reductions;
 //   4. each lane accumulates dims lane + 32 e of its heads' outputs.
+// Split-KV for small batches: when rows * Hkv CTAs cannot fill the GPU, each (row, KV head)
+// is served by `splits` CTAs (blockIdx.z), each over a contiguous range of the row's key
+// tiles; they write unnormalised partials (acc, running max, sum) to the workspace and a
+// combine kernel merges them in ascending split order. The split count comes from shapes only
+// (rows, KV heads, block-table capacity), so a captured graph replays any batch of the same
+// shapes, and every partial is rewritten on every launch (empty splits write empty partials).
 // Every reduction has a fixed order, so results are bitwise reproducible run to run.
 // Bad values are flagged and skipped: a row whose request is inconsistent (cu_seqlens_q,
 // seq_lens) is written as an empty row (zeros, lse -inf); a key whose page is outside
 // [0, num_blocks) is left out of the softmax.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -31,6 +38,9 @@ constexpr int kTileKeys = 32;
 constexpr int kChunk = 8;  // elements per staging load
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kMaxSplits = 16;
+constexpr int64_t kTargetCtas = 256;      // about two CTAs per SM on an H100/H200
+constexpr int64_t kMinTilesPerSplit = 8;  // 256 keys: below that a split costs more than it saves
 
 struct DenseParams {
   const void* q;
@@ -62,8 +72,32 @@ struct DenseParams {
   int64_t num_rows;
   int group;
   float scale_log2;  // softmax_scale * log2(e)
+  int splits;
+  float* part_o;   // [splits, T, Hq, D] unnormalised outputs (splits > 1 only)
+  float* part_ml;  // [splits, T, Hq, 2] running max (base 2) and sum
+  int64_t num_q_heads;
+  int head_dim;
   int32_t* error_flags;
 };
+
+// Final output and lse of one (row, q head) from its softmax state: lane writes dims
+// lane + 32 e for e < n_used.
+template <int N>
+__device__ __forceinline__ void store_final(const DenseParams& p, int64_t t, int64_t hq, int lane,
+                                            float m, float l, const float (&acc)[N], int n_used) {
+  const bool has_keys = l > 0.0f;
+  const float inv_l = has_keys ? 1.0f / l : 0.0f;
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    if (e < n_used) {
+      store_from_float(p.out, p.out_dtype, t * p.o_s0 + hq * p.o_s1 + lane + 32 * e,
+                       has_keys ? acc[e] * inv_l : 0.0f);
+    }
+  }
+  if (p.lse != nullptr && lane == 0) {
+    p.lse[t * p.lse_s0 + hq * p.lse_s1] = has_keys ? m * kLn2 + logf(l) : -INFINITY;
+  }
+}
 
 // Request and position of row t; request -1 for rows past the batch and for rows of an
 // inconsistent request (flagged).
@@ -102,32 +136,30 @@ __device__ __forceinline__ float key_scale(const float* scale, KvScaleMode mode,
   return 1.0f;
 }
 
-// Loads kChunk contiguous cache elements as fp32.
+// Loads kChunk contiguous cache elements as fp32 (one 8- or 16-byte word when `vec`).
 __device__ __forceinline__ void load_chunk(const void* base, DType dt, int64_t off, bool vec,
                                            float (&x)[kChunk]) {
   if (dt == DType::kE4M3) {
     const uint8_t* src = static_cast<const uint8_t*>(base) + off;
-    uint8_t b[kChunk];
     if (vec) {
-      *reinterpret_cast<uint2*>(b) = *reinterpret_cast<const uint2*>(src);
+      const uint2 w = *reinterpret_cast<const uint2*>(src);
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) x[i] = load_as_float(&w, DType::kE4M3, i);
     } else {
 #pragma unroll
-      for (int i = 0; i < kChunk; ++i) b[i] = src[i];
+      for (int i = 0; i < kChunk; ++i) x[i] = load_as_float(src, DType::kE4M3, i);
     }
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i) x[i] = load_as_float(b, DType::kE4M3, i);
     return;
   }
   const uint16_t* src = static_cast<const uint16_t*>(base) + off;
-  uint16_t b[kChunk];
   if (vec) {
-    *reinterpret_cast<uint4*>(b) = *reinterpret_cast<const uint4*>(src);
+    const uint4 w = *reinterpret_cast<const uint4*>(src);
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) x[i] = load_as_float(&w, dt, i);
   } else {
 #pragma unroll
-    for (int i = 0; i < kChunk; ++i) b[i] = src[i];
+    for (int i = 0; i < kChunk; ++i) x[i] = load_as_float(src, dt, i);
   }
-#pragma unroll
-  for (int i = 0; i < kChunk; ++i) x[i] = load_as_float(b, dt, i);
 }
 
 __device__ __forceinline__ float warp_max(float x) {
@@ -179,7 +211,13 @@ __global__ void __launch_bounds__(kThreads) dense_attention_kernel(DenseParams p
     for (int e = 0; e < DV; ++e) acc[i][e] = 0.0f;
   }
 
-  for (int64_t tile0 = 0; tile0 <= pos; tile0 += kTileKeys) {
+  // This split's tiles of the row's keys [0, pos].
+  const int64_t tiles = pos >= 0 ? pos / kTileKeys + 1 : 0;
+  const int64_t per_split = (tiles + p.splits - 1) / p.splits;
+  const int64_t tile_begin = blockIdx.z * per_split;
+  const int64_t tile_end = min(tiles, tile_begin + per_split);
+  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
+    const int64_t tile0 = tile * kTileKeys;
     __syncthreads();  // the previous tile (and q on the first pass) is no longer being read
     if (threadIdx.x < kTileKeys) {
       const int64_t j = tile0 + threadIdx.x;
@@ -275,17 +313,46 @@ __global__ void __launch_bounds__(kThreads) dense_attention_kernel(DenseParams p
     const int h = warp + kWarps * i;
     if (h >= p.group) continue;
     const int64_t hq = static_cast<int64_t>(g) * p.group + h;
-    const bool has_keys = l[i] > 0.0f;
-    const float inv_l = has_keys ? 1.0f / l[i] : 0.0f;
-#pragma unroll
-    for (int e = 0; e < DV; ++e) {
-      store_from_float(p.out, p.out_dtype, t * p.o_s0 + hq * p.o_s1 + lane + 32 * e,
-                       has_keys ? acc[i][e] * inv_l : 0.0f);
+    if (p.splits == 1) {
+      store_final<DV>(p, t, hq, lane, m[i], l[i], acc[i], DV);
+      continue;
     }
-    if (p.lse != nullptr && lane == 0) {
-      p.lse[t * p.lse_s0 + hq * p.lse_s1] = has_keys ? m[i] * kLn2 + logf(l[i]) : -INFINITY;
+    const int64_t part = (blockIdx.z * p.num_rows + t) * p.num_q_heads + hq;
+#pragma unroll
+    for (int e = 0; e < DV; ++e) p.part_o[part * D + lane + 32 * e] = acc[i][e];
+    if (lane == 0) {
+      p.part_ml[2 * part] = m[i];
+      p.part_ml[2 * part + 1] = l[i];
     }
   }
+}
+
+// Merges the split partials of one (row, q head) per warp, in ascending split order.
+__global__ void __launch_bounds__(kThreads) dense_attention_combine_kernel(DenseParams p) {
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (item >= p.num_rows * p.num_q_heads) return;
+  const int64_t t = item / p.num_q_heads, hq = item % p.num_q_heads;
+  const int64_t stride = p.num_rows * p.num_q_heads;  // between splits
+  float m = -INFINITY;
+  for (int z = 0; z < p.splits; ++z) m = fmaxf(m, p.part_ml[2 * (z * stride + item)]);
+  float l = 0.0f;
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // head_dim <= 256: at most 8 dims per lane
+  const int n_acc = p.head_dim / 32;
+  if (m != -INFINITY) {
+    for (int z = 0; z < p.splits; ++z) {
+      const int64_t part = z * stride + item;
+      const float mz = p.part_ml[2 * part];
+      if (mz == -INFINITY) continue;  // an empty split adds nothing
+      const float w = exp2f(mz - m);
+      l += w * p.part_ml[2 * part + 1];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        if (e < n_acc) acc[e] += w * p.part_o[part * p.head_dim + lane + 32 * e];
+      }
+    }
+  }
+  store_final<8>(p, t, hq, lane, m, l, acc, n_acc);
 }
 
 template <int DV, int HPW>
@@ -302,9 +369,14 @@ Status launch(const DenseParams& p, int64_t num_kv_heads, Stream stream) {
                     std::string("dense_attention_kernel: ") + cudaGetErrorString(e));
     }
   }
-  const dim3 grid(static_cast<unsigned int>(p.num_rows), static_cast<unsigned int>(num_kv_heads));
+  const dim3 grid(static_cast<unsigned int>(p.num_rows), static_cast<unsigned int>(num_kv_heads),
+                  static_cast<unsigned int>(p.splits));
   kernel<<<grid, kThreads, smem, stream_of(stream)>>>(p);
-  return launch_status("dense_attention_kernel");
+  MSA_RETURN_IF_ERROR(launch_status("dense_attention_kernel"));
+  if (p.splits == 1) return Status::Ok();
+  dense_attention_combine_kernel<<<blocks_for(p.num_rows * p.num_q_heads, kWarps), kThreads, 0,
+                                   stream_of(stream)>>>(p);
+  return launch_status("dense_attention_combine_kernel");
 }
 
 template <int DV>
@@ -314,14 +386,41 @@ Status launch_dv(const DenseParams& p, int64_t num_kv_heads, Stream stream) {
   return launch<DV, 4>(p, num_kv_heads, stream);
 }
 
+// Splits per (row, KV head): enough CTAs to fill the GPU, each split at least
+// kMinTilesPerSplit tiles of the block table's key capacity. Shapes only.
+int split_count(const DenseAttentionArgs& args) {
+  const int64_t ctas = args.q.shape[0] * args.kv_cache.num_kv_heads();
+  if (ctas == 0 || ctas >= kTargetCtas) return 1;
+  const int64_t max_tiles =
+      (args.block_table.shape[1] * args.kv_cache.block_size() + kTileKeys - 1) / kTileKeys;
+  const int64_t by_fill = (kTargetCtas + ctas - 1) / ctas;
+  const int64_t by_keys = std::max<int64_t>(max_tiles / kMinTilesPerSplit, 1);
+  return static_cast<int>(std::min<int64_t>({by_fill, by_keys, kMaxSplits}));
+}
+
+size_t partial_o_bytes(const DenseAttentionArgs& args, int splits) {
+  return detail::align_up(static_cast<size_t>(splits) * static_cast<size_t>(args.q.shape[0]) *
+                          static_cast<size_t>(args.q.shape[1]) *
+                          static_cast<size_t>(args.kv_cache.head_dim()) * sizeof(float));
+}
+
+size_t partial_ml_bytes(const DenseAttentionArgs& args, int splits) {
+  return detail::align_up(static_cast<size_t>(splits) * static_cast<size_t>(args.q.shape[0]) *
+                          static_cast<size_t>(args.q.shape[1]) * 2 * sizeof(float));
+}
+
 }  // namespace
 
-Status workspace_size(const DenseAttentionArgs&, size_t* bytes) {
-  *bytes = 0;
+Status workspace_size(const DenseAttentionArgs& args, size_t* bytes) {
+  const int splits = split_count(args);
+  *bytes = splits == 1 ? 0 : partial_o_bytes(args, splits) + partial_ml_bytes(args, splits);
   return Status::Ok();
 }
 
-Status run(const DenseAttentionArgs& args, Workspace, Stream stream) {
+Status run(const DenseAttentionArgs& args, Workspace workspace, Stream stream) {
+  size_t needed = 0;
+  MSA_RETURN_IF_ERROR(cuda::workspace_size(args, &needed));
+  MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, needed));
   const KvCacheView& kv = args.kv_cache;
   const int64_t d = kv.head_dim();
   const int64_t hq = args.q.shape[1], hkv = kv.num_kv_heads();
@@ -394,6 +493,14 @@ Status run(const DenseAttentionArgs& args, Workspace, Stream stream) {
       args.softmax_scale != 0.0f ? args.softmax_scale : 1.0f / std::sqrt(static_cast<float>(d));
   p.scale_log2 = scale * kLog2e;
   p.error_flags = args.error_flags.defined() ? args.error_flags.ptr<int32_t>() : nullptr;
+  p.num_q_heads = hq;
+  p.head_dim = static_cast<int>(d);
+  p.splits = split_count(args);
+  if (p.splits > 1) {
+    p.part_o = static_cast<float*>(workspace.data);
+    p.part_ml = reinterpret_cast<float*>(static_cast<char*>(workspace.data) +
+                                         partial_o_bytes(args, p.splits));
+  }
   if (p.num_rows == 0 || hkv == 0) return Status::Ok();
   switch (d) {
     case 64:
