@@ -63,9 +63,12 @@ prefill, decode-first batches, optional speculative rows) over a stack of dense 
 attention layers with synthetic activations, then prints a summary.
 
 model:
-  --preset NAME          default (8 layers: 3 dense + 5 sparse, TP4-rank heads 16q/1kv/1idx,
-                         CPU sized) | minimax-m3-tp1 | -tp2 | -tp4 | -tp8 (60 layers, full
-                         per-rank shapes, GPU sized)
+  --preset NAME          default: CPU sized (~20 s on 2 cores): 8 layers (3 dense + 5 sparse),
+                         TP4-rank heads 16q/1kv/1idx, D 128, blocks of 64, top-8, 8 requests
+                         of 512-1024 + 16-32 tokens;
+                         minimax-m3-tp1|-tp2|-tp4|-tp8: the full model's per-rank shapes
+                         (60 layers, blocks of 128, top-16), GPU sized (64 requests of
+                         4-16k + 64-256 tokens)
   --config FILE          Hugging Face config.json (text_config) replacing the preset's model
   --tp N                 tensor-parallel size for the rank shapes (default: the preset's)
   --kv-dtype bf16|fp8    main KV cache type (fp8 = e4m3 with a per-layer scale)
@@ -209,16 +212,21 @@ Preset make_preset(const std::string& name) {
   Preset p;
   p.model = msa::ModelConfig::minimax_m3();
   if (name == "default") {
-    // CPU sized: the TP4 rank's heads, 3 dense + 5 sparse layers, contexts of a few thousand
-    // tokens so that the top-16 blocks (2048 tokens) cover only part of each context.
+    // CPU sized (about 20 s on two cores): the TP4 rank's heads (16 q, 1 KV, 1 index, D 128),
+    // 3 dense + 5 sparse layers. The CPU backend's exact attention costs O(context) per row, so
+    // the sparse geometry is scaled down with the contexts: 64-token blocks and top-8 (512
+    // keys) against contexts of up to about a thousand tokens keep M3's ratio of selected to
+    // visible blocks at 4-8k contexts.
     p.model.num_layers = 8;
+    p.model.sparse_block_size = 64;
+    p.model.sparse_topk_blocks = 8;
     p.model.max_position_embeddings = 1 << 16;
     p.workload.num_requests = 8;
-    p.workload.prompt_min = 2048;
-    p.workload.prompt_max = 3072;
+    p.workload.prompt_min = 512;
+    p.workload.prompt_max = 1024;
     p.workload.output_min = 16;
     p.workload.output_max = 32;
-    p.max_batch_tokens = 2048;
+    p.max_batch_tokens = 1024;
     return p;
   }
   const std::string prefix = "minimax-m3-tp";

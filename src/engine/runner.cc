@@ -281,8 +281,12 @@ Status ModelRunner::Impl::prepare_step(const Batch& b, int64_t* num_tokens) {
       float* kd = qd + dir_dim;
       const auto id = static_cast<uint64_t>(tok_id[static_cast<size_t>(t)]);
       const int64_t p = tok_pos[static_cast<size_t>(t)];
+      int64_t focus[synth::kFocusBlocks];
+      for (int i = 0; i < synth::kFocusBlocks; ++i) {
+        focus[i] = synth::focus_block(o.seed, id, p, i, bs);
+      }
       for (int d = 0; d < dir_dim; ++d) {
-        qd[d] = synth::query_direction(o.seed, id, p, d, bs);
+        qd[d] = synth::query_direction(o.seed, id, focus, d);
         kd[d] = synth::topic(o.seed, id, p / bs, d);
       }
     }
@@ -315,12 +319,13 @@ Status ModelRunner::Impl::synthesize(int layer, int64_t T) {
     for (int64_t t = begin; t < end; ++t) {
       const float* qd = dirs.data() + t * 2 * dir_dim;
       const float* kd = qd + dir_dim;
-      const auto id = static_cast<uint64_t>(tok_id[static_cast<size_t>(t)]);
-      const int64_t p = tok_pos[static_cast<size_t>(t)];
+      const uint64_t key =
+          synth::row_key(o.seed, static_cast<uint64_t>(tok_id[static_cast<size_t>(t)]),
+                         tok_pos[static_cast<size_t>(t)], layer);
       uint16_t* r = dst + t * width;
       for (int c = 0; c < width; ++c) {
         const int d = synth::row_element_dim(row, c);
-        r[c] = float_to_bf16(synth::row_element(o.seed, row, id, p, layer, c, qd[d], kd[d]));
+        r[c] = float_to_bf16(synth::row_element(key, row, c, qd[d], kd[d]));
       }
     }
   });

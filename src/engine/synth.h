@@ -80,13 +80,12 @@ MSA_ENGINE_HD int64_t focus_block(uint64_t seed, uint64_t request, int64_t posit
   return static_cast<int64_t>(h % static_cast<uint64_t>(visible));
 }
 
-// Component `dim` of a query's direction: the normalised sum of its focus blocks' topics.
-MSA_ENGINE_HD float query_direction(uint64_t seed, uint64_t request, int64_t position, int dim,
-                                    int block_size) {
+// Component `dim` of a query's direction: the normalised sum of the topics of its focus blocks
+// (focus[i] = focus_block(..., i, ...), hoisted out of the per-dimension loop by callers).
+MSA_ENGINE_HD float query_direction(uint64_t seed, uint64_t request, const int64_t* focus,
+                                    int dim) {
   float sum = 0.0f;
-  for (int i = 0; i < kFocusBlocks; ++i) {
-    sum += topic(seed, request, focus_block(seed, request, position, i, block_size), dim);
-  }
+  for (int i = 0; i < kFocusBlocks; ++i) sum += topic(seed, request, focus[i], dim);
   return sum * 0.57735027f;  // 1 / sqrt(kFocusBlocks)
 }
 
@@ -104,15 +103,17 @@ struct RowShape {
   }
 };
 
-// Element `col` of the row of (request, position, layer), given the token's query direction
-// `qdir` and key direction `kdir` at that element's dimension (precomputed per token, since they
-// do not depend on the layer or the head).
-MSA_ENGINE_HD float row_element(uint64_t seed, const RowShape& s, uint64_t request,
-                                int64_t position, int layer, int col, float qdir, float kdir) {
-  const float noise =
-      unit_noise(hash(seed, kTagNoise, request,
-                      (static_cast<uint64_t>(position) << 12) ^ static_cast<uint64_t>(layer),
-                      static_cast<uint64_t>(col)));
+// Hash key of the row of (request, position, layer); elements derive from it by column.
+MSA_ENGINE_HD uint64_t row_key(uint64_t seed, uint64_t request, int64_t position, int layer) {
+  return hash(seed, kTagNoise, request, static_cast<uint64_t>(position),
+              static_cast<uint64_t>(layer));
+}
+
+// Element `col` of a row, given the row's key and the token's query direction `qdir` and key
+// direction `kdir` at that element's dimension (precomputed per token, since they do not depend
+// on the layer or the head).
+MSA_ENGINE_HD float row_element(uint64_t key, const RowShape& s, int col, float qdir, float kdir) {
+  const float noise = unit_noise(mix64(key + static_cast<uint64_t>(col) * 0x9E3779B97F4A7C15ull));
   const int q_end = s.num_q_heads * s.head_dim;
   const int k_end = q_end + s.num_kv_heads * s.head_dim;
   const int v_end = k_end + s.num_kv_heads * s.head_dim;

@@ -23,16 +23,21 @@ __global__ void synthesize_rows_kernel(uint64_t seed, synth::RowShape shape, int
   const auto request = static_cast<uint64_t>(request_ids[t]);
   const int64_t p = positions[t];
   const int dir_dim = shape.head_dim > shape.index_dim ? shape.head_dim : shape.index_dim;
+  int64_t focus[synth::kFocusBlocks];
+  for (int i = 0; i < synth::kFocusBlocks; ++i) {
+    focus[i] = synth::focus_block(seed, request, p, i, shape.block_size);
+  }
   for (int d = threadIdx.x; d < dir_dim; d += blockDim.x) {
-    qdir[d] = synth::query_direction(seed, request, p, d, shape.block_size);
+    qdir[d] = synth::query_direction(seed, request, focus, d);
     kdir[d] = synth::topic(seed, request, p / shape.block_size, d);
   }
   __syncthreads();
   const int width = shape.width();
+  const uint64_t key = synth::row_key(seed, request, p, layer);
   uint16_t* row = qkv + t * width;
   for (int c = threadIdx.x; c < width; c += blockDim.x) {
     const int d = synth::row_element_dim(shape, c);
-    const float v = synth::row_element(seed, shape, request, p, layer, c, qdir[d], kdir[d]);
+    const float v = synth::row_element(key, shape, c, qdir[d], kdir[d]);
     row[c] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
   }
 }
