@@ -447,9 +447,12 @@ inline double rounding_rel(DType out) {
 // observed ~1e-6). CUDA: kernels may round dequantised K/V and the probabilities to bf16 for the
 // tensor-core MMAs (spec B4.4), ~2^-9 relative per operand, so allow 8e-3 of max|v|.
 inline double compute_abs_rel(const Device& device) { return device.is_cuda() ? 8e-3 : 1e-5; }
-// lse tolerance: same reasoning, on a value of magnitude |lse| (fp32 log of an fp32 sum).
+// lse tolerance. CPU: fp32 log of an fp32 sum. CUDA: the kernels round q (f32 or f16 inputs too)
+// and K to bf16 for the MMA, which moves every logit by up to ~2^-8 of |scale * q| * |k|, i.e.
+// a few 1e-3 absolute for unit-variance data at D = 128 (observed 2.9e-3 on the H200); lse
+// inherits that shift, so allow the same 8e-3 budget as the outputs.
 inline double lse_tol(const Device& device, double lse) {
-  return device.is_cuda() ? 2e-3 * (1.0 + std::fabs(lse)) : 2e-5 * (1.0 + std::fabs(lse));
+  return device.is_cuda() ? 8e-3 * (1.0 + std::fabs(lse)) : 2e-5 * (1.0 + std::fabs(lse));
 }
 
 // Compares the downloaded outputs of `b` with `want` (oracle, or another backend's outputs as
