@@ -506,13 +506,16 @@ int cmd_info(const std::vector<std::string>& argv) {
   for (int d = 0; d < devices; ++d) {
     std::cout << "  [" << d << "] " << eng::describe_cuda_device(d) << "\n";
   }
-  std::cout << "specialisations:\n"
-               "  cpu   any head_dim / index_dim / block size; q, k, v bf16 or f16; KV cache\n"
-               "        bf16, f16 or e4m3 (scale none, per layer, per token-head); index cache\n"
-               "        bf16 or e4m3; decode query length 1..8\n"
-               "  cuda  sm_90a; head_dim 128, index_dim 128, block size 128; q bf16; KV cache\n"
-               "        bf16 or e4m3 (scale none, per layer, per token-head); index cache bf16\n"
-               "        or e4m3; decode query length 1..8; top-k <= 16\n";
+  std::cout << "specialisations (ahead-of-time; no JIT):\n"
+               "  cpu   any head_dim, index_dim and block size; q/k/v bf16 or f16; KV cache bf16,\n"
+               "        f16 or e4m3 (scale none, per layer, per token-head); index cache bf16 or\n"
+               "        e4m3; decode query length 1..8\n"
+               "  cuda  sm_90a. Sparse attention: head_dim 64 or 128, block size a multiple of\n"
+               "        16, top-k width <= 256. Dense attention: head_dim 64, 128 or 256, <= 16 q\n"
+               "        heads per KV head. Fused norm/RoPE/insert: head_dim a multiple of 32 up\n"
+               "        to 256, index_dim = head_dim. Indexer: index_dim a multiple of 8 up to\n"
+               "        256, <= 32 index heads, query_len * index heads <= 32. KV cache bf16/f16\n"
+               "        or e4m3 (all scale modes); index cache bf16 or e4m3\n";
   return 0;
 }
 
