@@ -101,6 +101,9 @@ __global__ void __launch_bounds__(kScoreThreads, 2) index_score_kernel(const Ind
   const int tiles_per_block = static_cast<int>(bs / kTileKeys);
   const CacheT* cache = static_cast<const CacheT*>(prm.cache);
 
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    check_cu_seqlens(prm.rows, prm.error_flags);
+  }
   for (int64_t row0 = tile_start; row0 < tile_end;) {
     const RowInfo info = resolve_row(
         prm.rows, row0, (threadIdx.x == 0 && blockIdx.y == 0) ? prm.error_flags : nullptr);

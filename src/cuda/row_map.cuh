@@ -42,6 +42,11 @@ __device__ inline RowInfo resolve_row(const RowMap& m, int64_t row, int32_t* fla
       raise_error(flags, kDeviceErrorSeqLen);
       return RowInfo{-1, 0, seg_end};
     }
+    // seq_len 0 is a padded request; any other length shorter than the query is bad metadata.
+    if (s > 0 && s < m.query_len) {
+      raise_error(flags, kDeviceErrorQueryLen);
+      return RowInfo{-1, 0, seg_end};
+    }
     return RowInfo{static_cast<int32_t>(req), s - m.query_len - req * m.query_len, seg_end};
   }
   const int64_t last = m.cu_seqlens_q[static_cast<int64_t>(m.num_requests) * m.cu_stride];
@@ -73,6 +78,21 @@ __device__ inline RowInfo resolve_row(const RowMap& m, int64_t row, int32_t* fla
     return RowInfo{-1, 0, b};
   }
   return RowInfo{lo, s - (b - a) - a, b};
+}
+
+// Whole-array check of cu_seqlens_q (starts at 0, non-decreasing, ends within T), run by one
+// thread per launch: a bad pair that brackets no row would otherwise go unreported, while the
+// CPU backend rejects it.
+__device__ inline void check_cu_seqlens(const RowMap& m, int32_t* flags) {
+  if (m.cu_seqlens_q == nullptr || flags == nullptr) return;
+  int64_t prev = m.cu_seqlens_q[0];
+  bool bad = prev != 0;
+  for (int32_t b = 1; b <= m.num_requests; ++b) {
+    const int64_t v = m.cu_seqlens_q[b * m.cu_stride];
+    bad = bad || v < prev;
+    prev = v;
+  }
+  if (bad || prev > m.num_rows) raise_error(flags, kDeviceErrorQueryLen);
 }
 
 // Monotone map of a float onto uint32 (larger float -> larger integer), for exact max via

@@ -169,6 +169,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   // One CTA per (row, KV head) reports bad values, so a bad entry costs one atomic.
   int32_t* flags = (split == 0 && hc == 0) ? prm.error_flags : nullptr;
   const RowInfo info = resolve_row(prm.rows, row, (tid == 0 && kvh == 0) ? flags : nullptr);
+  if (row == 0 && tid == 0 && kvh == 0) check_cu_seqlens(prm.rows, flags);
   const int64_t pos = info.pos_base + row;
   const bool live = info.req >= 0 && pos >= 0;
   const int64_t bs = prm.rows.block_size;
