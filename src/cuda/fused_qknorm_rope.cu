@@ -1,8 +1,11 @@
-// CUDA backend of the fused pre-attention op (spec A11, B5): one warp per (token, head slot),
-// each lane holding V = head_dim / 32 contiguous dims. The RMS is a warp-shuffle reduction, the
-// NeoX partner (dim d +- rotary_dim / 2) is fetched with a shuffle from the lane holding it,
-// arithmetic is fp32 and each output is rounded once (the K cache gets y / scale from the fp32
-// y, like the CPU reference). Head slots of a token, in order:
+// CUDA backend of the fused pre-attention op (spec A11, B5): one warp per (token, head slot).
+// Fast path (head_dim a multiple of 32, index_dim == head_dim, rotary_dim / 2 a multiple of
+// V = head_dim / 32): each lane holds V contiguous dims and the NeoX partner (dim d +-
+// rotary_dim / 2) is fetched with a shuffle from the lane holding it. General path (any dims up
+// to 256): lane l holds dims l + 32 i and reads its partner from a per-warp shared-memory copy
+// of the normed row. Either way the RMS is a warp-shuffle reduction, arithmetic is fp32 and each
+// output is rounded once (the K cache gets y / scale from the fp32 y, like the CPU reference).
+// Head slots of a token, in order:
 //   q heads [0, nq) | k heads [nq, nq + nkv) | v inserts (nkv, only with a KV cache) |
 //   index-q heads (niq) and the index key (1), in sparse mode only.
 // Bad values are flagged and skipped: a position beyond the rope table is treated like a
@@ -28,7 +31,8 @@ struct FusedParams {
   int64_t qkv_s0;
   int64_t tokens;
   int nq, nkv, niq;
-  int head_dim;
+  int head_dim;   // q / k / v heads
+  int index_dim;  // index-q heads and the index key (sparse mode)
   int rotary_dim;
   float eps;
   bool sparse;
@@ -214,6 +218,31 @@ __device__ __forceinline__ void norm_rope(const FusedParams& p, int which_w, int
   }
 }
 
+enum SlotKind { kQ, kK, kV, kIQ, kIK };
+
+// What head slot s (in [0, slots_per_token)) of a token is, and its head index within the kind.
+__device__ __forceinline__ SlotKind decode_slot(const FusedParams& p, int s, int* h) {
+  if (s < p.nq) {
+    *h = s;
+    return kQ;
+  }
+  s -= p.nq;
+  if (s < p.nkv) {
+    *h = s;
+    return kK;
+  }
+  s -= p.nkv;
+  if (p.kv_insert) {
+    if (s < p.nkv) {
+      *h = s;
+      return kV;
+    }
+    s -= p.nkv;
+  }
+  *h = s < p.niq ? s : 0;
+  return s < p.niq ? kIQ : kIK;
+}
+
 __device__ __forceinline__ float kv_divisor(const FusedParams& p, bool is_v, int h, int64_t slot) {
   switch (p.scale_mode) {
     case KvScaleMode::kPerLayer:
@@ -233,27 +262,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) fused_qknorm_rope_kernel(
   const int64_t t = gw / p.slots_per_token;
   if (t >= p.tokens) return;  // warp-uniform, like every branch below
 
-  enum Kind { kQ, kK, kV, kIQ, kIK };
-  Kind kind;
-  int s = static_cast<int>(gw % p.slots_per_token);
   int h = 0;
-  if (s < p.nq) {
-    kind = kQ;
-    h = s;
-  } else if (s - p.nq < p.nkv) {
-    kind = kK;
-    h = s - p.nq;
-  } else {
-    s -= p.nq + p.nkv;
-    if (p.kv_insert && s < p.nkv) {
-      kind = kV;
-      h = s;
-    } else {
-      if (p.kv_insert) s -= p.nkv;
-      kind = s < p.niq ? kIQ : kIK;
-      h = s < p.niq ? s : 0;
-    }
-  }
+  const SlotKind kind = decode_slot(p, static_cast<int>(gw % p.slots_per_token), &h);
 
   const int64_t lane_off = static_cast<int64_t>(lane) * V;
   const int64_t pos = load_index(p.positions, p.positions_i64, t * p.positions_s0);
@@ -347,9 +357,210 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) fused_qknorm_rope_kernel(
   }
 }
 
+// ---- General path: any head_dim / index_dim up to kMaxDim, any even rotary_dim <= the dim. ----
+// Lane l holds dims d = l + 32 i (i < kMaxPerLane, d < dim); lanes past the end of the row hold
+// zeros and never touch memory. Every access is scalar (coalesced across the warp).
+constexpr int kMaxDim = 256;
+constexpr int kMaxPerLane = kMaxDim / 32;
+
+template <typename T>
+__device__ __forceinline__ void load_strided(const T* src, int dim, float (&x)[kMaxPerLane]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int d = lane + 32 * i;
+    x[i] = d < dim ? to_float(src[d]) : 0.0f;
+  }
+}
+
+// dst[d] <- y / divisor rounded once, for this lane's dims d < dim.
+template <typename T>
+__device__ __forceinline__ void store_strided(T* dst, int dim, const float (&y)[kMaxPerLane],
+                                              float divisor) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < dim) from_float(divisor == 1.0f ? y[i] : y[i] / divisor, &dst[d]);
+  }
+}
+
+// store_strided for a runtime storage dtype; `elem` is the element offset of the row's dim 0.
+__device__ __forceinline__ void store_strided_dt(void* base, DType dt, int64_t elem, int dim,
+                                                 const float (&y)[kMaxPerLane], float divisor) {
+  switch (dt) {
+    case DType::kBF16:
+      store_strided<__nv_bfloat16>(static_cast<__nv_bfloat16*>(base) + elem, dim, y, divisor);
+      break;
+    case DType::kF16:
+      store_strided<__half>(static_cast<__half*>(base) + elem, dim, y, divisor);
+      break;
+    case DType::kE4M3:
+      store_strided<__nv_fp8_storage_t>(static_cast<__nv_fp8_storage_t*>(base) + elem, dim, y,
+                                        divisor);
+      break;
+    default:
+      store_strided<float>(static_cast<float*>(base) + elem, dim, y, divisor);
+      break;
+  }
+}
+
+__device__ __forceinline__ void zero_strided_dt(void* base, DType dt, int64_t elem, int dim) {
+  float z[kMaxPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) z[i] = 0.0f;
+  store_strided_dt(base, dt, elem, dim, z, 1.0f);
+}
+
+// In place: x (this lane's dims of one head of `dim` elements) <- RoPE_pos(GemmaNorm(x; w)).
+// `stage` is this warp's kMaxDim-float shared row; the caller's branch is warp-uniform, so every
+// lane reaches the __syncwarp. rotary_dim <= dim (check() enforces it for both head kinds).
+__device__ __forceinline__ void norm_rope_strided(const FusedParams& p, int which_w, int dim,
+                                                  int64_t pos, float (&x)[kMaxPerLane],
+                                                  float* stage) {
+  const int lane = threadIdx.x % 32;
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) ss = __fadd_rn(ss, __fmul_rn(x[i], x[i]));  // pads are 0
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(dim) + p.eps);
+  const void* w = p.w[which_w];
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < dim) {
+      const float wi = load_as_float(w, p.w_dtype[which_w], d * p.w_s0[which_w]);
+      x[i] = __fmul_rn(__fmul_rn(x[i], inv_rms), __fadd_rn(1.0f, wi));
+      stage[d] = x[i];
+    }
+  }
+  __syncwarp();
+  // Partner of d: d + half for d < half, d - half for half <= d < rotary_dim.
+  const int half = p.rotary_dim / 2;
+  const int64_t row = pos * p.cs_s0;
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < p.rotary_dim) {
+      const bool low = d < half;
+      const int f = low ? d : d - half;
+      const float other = stage[low ? d + half : f];
+      const float c = load_as_float(p.cos_sin, p.cos_sin_dtype, row + f * p.cs_s1);
+      const float s = load_as_float(p.cos_sin, p.cos_sin_dtype, row + (half + f) * p.cs_s1);
+      x[i] = low ? __fsub_rn(__fmul_rn(x[i], c), __fmul_rn(other, s))
+                 : __fadd_rn(__fmul_rn(x[i], c), __fmul_rn(other, s));
+    }
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    fused_qknorm_rope_general_kernel(FusedParams p) {
+  __shared__ float stage_rows[kWarpsPerBlock][kMaxDim];
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int64_t gw = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+  const int64_t t = gw / p.slots_per_token;
+  if (t >= p.tokens) return;  // warp-uniform, like every branch below
+
+  int h = 0;
+  const SlotKind kind = decode_slot(p, static_cast<int>(gw % p.slots_per_token), &h);
+  const int dim = (kind == kIQ || kind == kIK) ? p.index_dim : p.head_dim;
+  const int64_t pos = load_index(p.positions, p.positions_i64, t * p.positions_s0);
+  if (pos < 0 || pos >= p.max_pos) {
+    if (pos >= p.max_pos && kind == kQ && h == 0 && lane == 0) {
+      raise_error(p.error_flags, kDeviceErrorPosition);
+    }
+    if (kind == kQ && p.q_out != nullptr) {
+      zero_strided_dt(p.q_out, p.act, t * p.qo_s0 + h * p.qo_s1, dim);
+    }
+    if (kind == kIQ && p.iq_out != nullptr) {
+      zero_strided_dt(p.iq_out, p.iq_dtype, t * p.iqo_s0 + h * p.iqo_s1, dim);
+    }
+    return;
+  }
+
+  T* row = static_cast<T*>(p.qkv) + t * p.qkv_s0;
+  float* stage = stage_rows[warp];
+  float x[kMaxPerLane];
+  switch (kind) {
+    case kQ: {
+      T* src = row + static_cast<int64_t>(h) * dim;
+      load_strided<T>(src, dim, x);
+      norm_rope_strided(p, 0, dim, pos, x, stage);
+      if (p.q_out != nullptr) {
+        store_strided_dt(p.q_out, p.act, t * p.qo_s0 + h * p.qo_s1, dim, x, 1.0f);
+      } else {
+        store_strided<T>(src, dim, x, 1.0f);
+      }
+      break;
+    }
+    case kK: {
+      T* src = row + p.k_begin + static_cast<int64_t>(h) * dim;
+      load_strided<T>(src, dim, x);
+      norm_rope_strided(p, 1, dim, pos, x, stage);
+      store_strided<T>(src, dim, x, 1.0f);
+      if (!p.kv_insert) break;
+      const int64_t slot = load_index(p.slots, p.slots_i64, t * p.slots_s0);
+      if (slot < 0) break;
+      if (slot >= p.kv_slot_limit) {
+        if (lane == 0) raise_error(p.error_flags, kDeviceErrorSlot);
+        break;
+      }
+      const int64_t off = (slot / p.kv_block_size) * p.kc_s[0] + h * p.kc_s[1] +
+                          (slot % p.kv_block_size) * p.kc_s[2];
+      store_strided_dt(p.k_cache, p.kv_dtype, off, dim, x, kv_divisor(p, false, h, slot));
+      break;
+    }
+    case kV: {
+      const int64_t slot = load_index(p.slots, p.slots_i64, t * p.slots_s0);
+      if (slot < 0) break;
+      if (slot >= p.kv_slot_limit) {
+        if (lane == 0) raise_error(p.error_flags, kDeviceErrorSlot);
+        break;
+      }
+      load_strided<T>(row + p.v_begin + static_cast<int64_t>(h) * dim, dim, x);
+      const int64_t off = (slot / p.kv_block_size) * p.vc_s[0] + h * p.vc_s[1] +
+                          (slot % p.kv_block_size) * p.vc_s[2];
+      store_strided_dt(p.v_cache, p.kv_dtype, off, dim, x, kv_divisor(p, true, h, slot));
+      break;
+    }
+    case kIQ: {
+      T* src = row + p.iq_begin + static_cast<int64_t>(h) * dim;
+      load_strided<T>(src, dim, x);
+      norm_rope_strided(p, 2, dim, pos, x, stage);
+      if (p.iq_out != nullptr) {
+        store_strided_dt(p.iq_out, p.iq_dtype, t * p.iqo_s0 + h * p.iqo_s1, dim, x, 1.0f);
+      } else {
+        store_strided<T>(src, dim, x, 1.0f);
+      }
+      break;
+    }
+    case kIK: {
+      T* src = row + p.ik_begin;
+      load_strided<T>(src, dim, x);
+      norm_rope_strided(p, 3, dim, pos, x, stage);
+      store_strided<T>(src, dim, x, 1.0f);
+      if (!p.index_insert) break;
+      const int64_t slot = load_index(p.index_slots, p.index_slots_i64, t * p.index_slots_s0);
+      if (slot < 0) break;
+      if (slot >= p.ic_slot_limit) {
+        if (lane == 0) raise_error(p.error_flags, kDeviceErrorSlot);
+        break;
+      }
+      const int64_t off = (slot / p.ic_block_size) * p.ic_s0 + (slot % p.ic_block_size) * p.ic_s1;
+      store_strided_dt(p.index_cache, p.ic_dtype, off, dim, x, 1.0f);
+      break;
+    }
+  }
+}
+
 // Vector access is allowed when V elements are a 4/8/16-byte word, the base is aligned to it
 // and every stride that positions a lane's first element is a multiple of V.
+// v = 0 (general path) never vectorises.
 bool vec_ok(const void* base, DType dt, int v, std::initializer_list<int64_t> strides) {
+  if (v <= 0) return false;
   const int64_t bytes = dtype_size(dt) * v;
   if (bytes != 4 && bytes != 8 && bytes != 16) return false;
   if (!is_aligned(base, static_cast<size_t>(bytes))) return false;
@@ -359,6 +570,7 @@ bool vec_ok(const void* base, DType dt, int v, std::initializer_list<int64_t> st
   return true;
 }
 
+// v = head_dim / 32 selects the fast kernel; v = 0 the general one.
 template <typename T>
 Status launch(const FusedParams& p, int v, Stream stream) {
   const int64_t warps = p.tokens * p.slots_per_token;
@@ -366,6 +578,10 @@ Status launch(const FusedParams& p, int v, Stream stream) {
   const unsigned int blocks = blocks_for(warps, kWarpsPerBlock);
   const cudaStream_t st = stream_of(stream);
   constexpr int kThreads = kWarpsPerBlock * 32;
+  if (v == 0) {
+    fused_qknorm_rope_general_kernel<T><<<blocks, kThreads, 0, st>>>(p);
+    return launch_status("fused_qknorm_rope_general_kernel");
+  }
   switch (v) {
     case 1:
       fused_qknorm_rope_kernel<T, 1><<<blocks, kThreads, 0, st>>>(p);
@@ -404,23 +620,20 @@ Status workspace_size(const FusedQkNormRopeArgs&, size_t* bytes) {
 
 Status run(const FusedQkNormRopeArgs& args, Workspace, Stream stream) {
   const int64_t head_dim = args.q_norm_weight.shape[0];
-  if (head_dim % 32 != 0 || head_dim > 256) {
-    return detail::not_supported("fused_qknorm_rope (CUDA): head_dim " + std::to_string(head_dim) +
-                                 " is not supported; the kernel needs a multiple of 32 up to 256");
-  }
-  const int v = static_cast<int>(head_dim / 32);
   const bool sparse = args.mode == PreAttentionMode::kSparse;
-  if (sparse && args.index_q_norm_weight.shape[0] != head_dim) {
+  // Index heads exist only in sparse mode (elsewhere the index segments are not touched).
+  const int64_t index_dim = sparse ? args.index_q_norm_weight.shape[0] : head_dim;
+  if (head_dim > kMaxDim || index_dim > kMaxDim) {
     return detail::not_supported(
-        "fused_qknorm_rope (CUDA): index_dim " + std::to_string(args.index_q_norm_weight.shape[0]) +
-        " differs from head_dim " + std::to_string(head_dim) + "; the kernel needs them equal");
+        "fused_qknorm_rope (CUDA): head_dim " + std::to_string(head_dim) + " / index_dim " +
+        std::to_string(index_dim) + " exceeds " + std::to_string(kMaxDim) +
+        ", the largest head the kernels hold (one warp per head, at most 8 dims per lane)");
   }
-  if ((args.rotary_dim / 2) % v != 0) {
-    return detail::not_supported("fused_qknorm_rope (CUDA): rotary_dim " +
-                                 std::to_string(args.rotary_dim) + " must be a multiple of " +
-                                 std::to_string(2 * v) + " (2 * head_dim / 32) for head_dim " +
-                                 std::to_string(head_dim));
-  }
+  // Fast path: V = head_dim / 32 contiguous dims per lane, the NeoX partner V-aligned (so it
+  // sits at the same register index of another lane) and one V for every head kind. Otherwise
+  // v = 0: the general kernel.
+  int v = head_dim % 32 == 0 ? static_cast<int>(head_dim / 32) : 0;
+  if (v > 0 && (index_dim != head_dim || (args.rotary_dim / 2) % v != 0)) v = 0;
 
   FusedParams p{};
   const TensorView& qkv = args.qkv;
@@ -432,6 +645,7 @@ Status run(const FusedQkNormRopeArgs& args, Workspace, Stream stream) {
   p.nkv = args.num_kv_heads;
   p.niq = sparse ? args.num_index_heads : 0;
   p.head_dim = static_cast<int>(head_dim);
+  p.index_dim = static_cast<int>(index_dim);
   p.rotary_dim = args.rotary_dim;
   p.eps = args.eps;
   p.sparse = sparse;
@@ -441,7 +655,7 @@ Status run(const FusedQkNormRopeArgs& args, Workspace, Stream stream) {
   p.k_begin = static_cast<int64_t>(p.nq) * head_dim;
   p.v_begin = static_cast<int64_t>(p.nq + p.nkv) * head_dim;
   p.iq_begin = static_cast<int64_t>(p.nq + 2 * p.nkv) * head_dim;
-  p.ik_begin = p.iq_begin + static_cast<int64_t>(p.niq) * head_dim;
+  p.ik_begin = p.iq_begin + static_cast<int64_t>(p.niq) * index_dim;
 
   p.positions = args.positions.data;
   p.positions_i64 = args.positions.dtype == DType::kI64;
@@ -521,7 +735,7 @@ Status run(const FusedQkNormRopeArgs& args, Workspace, Stream stream) {
     p.iq_out = q.data;
     p.iq_dtype = q.dtype;
     p.iqo_s0 = q.strides[0];
-    p.iqo_s1 = q.ndim == 3 ? q.strides[1] : head_dim;
+    p.iqo_s1 = q.ndim == 3 ? q.strides[1] : index_dim;
     p.vec_iq_out = vec_ok(q.data, q.dtype, v, {p.iqo_s0, p.iqo_s1});
   }
   p.error_flags = args.error_flags.defined() ? args.error_flags.ptr<int32_t>() : nullptr;
