@@ -84,6 +84,18 @@ TEST(Engine, SpeculativeRowsMatchPlainDecode) {
   EXPECT_EQ(checksums(a), checksums(b));
 }
 
+TEST(Engine, PoissonArrivalsKeepPerRequestOutputs) {
+  const auto reqs = small_workload(4);
+  auto spread = reqs;
+  for (size_t i = 0; i < spread.size(); ++i) spread[i].arrival_s = 0.05 * static_cast<double>(i);
+  const RunResult a = run(small_engine(spread), spread);
+  for (size_t i = 0; i < a.requests.size(); ++i) {
+    EXPECT_GE(a.requests[i].ttft_s, 0.0);
+    EXPECT_GE(a.requests[i].latency_s, a.requests[i].ttft_s);
+  }
+  EXPECT_EQ(checksums(a), checksums(run(small_engine(reqs), reqs)));
+}
+
 TEST(Engine, TopkReuseAndFp8CachesRun) {
   const auto reqs = small_workload(3);
   EngineOptions o = small_engine(reqs);
