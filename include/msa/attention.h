@@ -15,7 +15,8 @@ namespace msa {
 //   lse[t, h]  = ln(sum_j exp(scale * <q[t, h], k_g(j)>))
 // fp8 caches are dequantised (x = float(stored) * scale per the cache's scale mode) before the
 // dot products. Blocks are accumulated in ascending block order. Rows with no keys (padded
-// rows, p < 0) give out = 0 and lse = -inf.
+// rows, p < 0: a padded request with seq_len 0, or the leading rows of a decode request shorter
+// than query_len) give out = 0 and lse = -inf.
 
 // Decode rows: num_requests requests with exactly query_len rows each.
 struct SparseAttentionDecodeArgs {

@@ -42,11 +42,8 @@ __device__ inline RowInfo resolve_row(const RowMap& m, int64_t row, int32_t* fla
       raise_error(flags, kDeviceErrorSeqLen);
       return RowInfo{-1, 0, seg_end};
     }
-    // seq_len 0 is a padded request; any other length shorter than the query is bad metadata.
-    if (s > 0 && s < m.query_len) {
-      raise_error(flags, kDeviceErrorQueryLen);
-      return RowInfo{-1, 0, seg_end};
-    }
+    // Rows at negative positions (a padded request, seq_len 0, or the leading rows of a request
+    // shorter than query_len) are padding by spec A8; the callers test pos >= 0 per row.
     return RowInfo{static_cast<int32_t>(req), s - m.query_len - req * m.query_len, seg_end};
   }
   const int64_t last = m.cu_seqlens_q[static_cast<int64_t>(m.num_requests) * m.cu_stride];

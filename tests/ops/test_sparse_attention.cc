@@ -468,9 +468,6 @@ TEST(SparseAttention, RejectsBadValues) {
     b->seq_lens.set_flat(2, -5);
     b->seq_lens.upload();
     expect_value_error(*b, attn::decode_args(*b), kDeviceErrorSeqLen, "negative seq_len");
-    b->seq_lens.set_flat(2, 1);
-    b->seq_lens.upload();
-    expect_value_error(*b, attn::decode_args(*b), kDeviceErrorQueryLen, "seq_len < query_len");
   }
   {
     BatchSpec p = s;
