@@ -1,0 +1,146 @@
+"""Builds the msa PyTorch extension: CMake builds the static libmsa.a, and the op glue in csrc/
+is linked against it and against the already-installed torch.
+
+Install with ``pip install --no-build-isolation ./python`` (from the repository root): the
+extension must be compiled against the torch that will import it, so pip must not build in an
+isolated environment with a freshly downloaded torch.
+
+Environment variables:
+  MSA_WITH_CUDA           auto (default), 1 or 0. auto builds the CUDA backend when torch is a
+                          CUDA build and nvcc is found (CUDA_HOME or PATH).
+  MSA_CUDA_ARCHITECTURES  CUDA architectures of the backend (default 90a).
+  MAX_JOBS                parallel compile jobs for CMake (default 2).
+  MSA_CMAKE_BUILD_DIR     CMake build directory (default python/build/libmsa-<cpu|cuda>).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import setup
+
+try:
+    import torch
+    from torch.utils import cpp_extension
+except ImportError:  # pragma: no cover - exercised only without torch
+    sys.exit(
+        "msa: building the extension needs torch installed first, and pip must see it: "
+        "run `pip install --no-build-isolation ./python`."
+    )
+
+PYTHON_DIR = Path(__file__).resolve().parent
+REPO_DIR = PYTHON_DIR.parent
+
+
+def _project_version() -> str:
+    text = (REPO_DIR / "CMakeLists.txt").read_text()
+    match = re.search(r"project\(msa VERSION ([0-9.]+)", text)
+    return match.group(1) if match else "0.0.0"
+
+
+def _nvcc_path() -> str | None:
+    home = cpp_extension.CUDA_HOME
+    if home and (Path(home) / "bin" / "nvcc").exists():
+        return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc")
+
+
+def _want_cuda() -> bool:
+    setting = os.environ.get("MSA_WITH_CUDA", "auto").lower()
+    available = torch.version.cuda is not None and _nvcc_path() is not None
+    if setting in ("1", "on", "true", "yes"):
+        if not available:
+            sys.exit("msa: MSA_WITH_CUDA=1 needs a CUDA build of torch and nvcc")
+        return True
+    if setting in ("0", "off", "false", "no"):
+        return False
+    return available
+
+
+WITH_CUDA = _want_cuda()
+
+
+def _build_libmsa() -> Path:
+    """Configures and builds the static library; returns the path of libmsa.a."""
+    build_dir = Path(
+        os.environ.get(
+            "MSA_CMAKE_BUILD_DIR",
+            PYTHON_DIR / "build" / ("libmsa-cuda" if WITH_CUDA else "libmsa-cpu"),
+        )
+    )
+    cxx11_abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    configure = [
+        "cmake",
+        "-S",
+        str(REPO_DIR),
+        "-B",
+        str(build_dir),
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DMSA_BUILD_TESTS=OFF",
+        "-DMSA_BUILD_TOOLS=OFF",
+        "-DMSA_BUILD_BENCH=OFF",
+        f"-DMSA_WITH_CUDA={'ON' if WITH_CUDA else 'OFF'}",
+        # libmsa passes std::string across its API, so it must use torch's libstdc++ ABI.
+        f"-DCMAKE_CXX_FLAGS=-D_GLIBCXX_USE_CXX11_ABI={cxx11_abi}",
+    ]
+    if WITH_CUDA:
+        configure += [
+            f"-DCMAKE_CUDA_COMPILER={_nvcc_path()}",
+            f"-DMSA_CUDA_ARCHITECTURES={os.environ.get('MSA_CUDA_ARCHITECTURES', '90a')}",
+        ]
+    subprocess.check_call(configure)
+    jobs = os.environ.get("MAX_JOBS", "2")
+    subprocess.check_call(["cmake", "--build", str(build_dir), "--target", "msa", "-j", jobs])
+    return build_dir / "libmsa.a"
+
+
+class BuildExtension(cpp_extension.BuildExtension):
+    """Builds libmsa.a with CMake before compiling and linking the extension."""
+
+    def build_extensions(self) -> None:
+        library = _build_libmsa()
+        for extension in self.extensions:
+            extension.extra_objects = [str(library)]
+        super().build_extensions()
+
+
+def _extension() -> cpp_extension.CppExtension:
+    sources = sorted(str(p.relative_to(PYTHON_DIR)) for p in (PYTHON_DIR / "csrc").glob("*.cpp"))
+    include_dirs = [str(REPO_DIR / "include")]
+    libraries: list[str] = []
+    library_dirs: list[str] = []
+    if WITH_CUDA:
+        cuda_home = Path(_nvcc_path()).resolve().parent.parent
+        include_dirs.append(str(cuda_home / "include"))
+        # The kernels in libmsa.a use the static CUDA runtime (no dependency on a particular
+        # libcudart.so); c10_cuda provides torch's current stream.
+        library_dirs += [str(cuda_home / "lib64"), str(cuda_home / "lib")]
+        libraries += ["c10_cuda", "cudart_static", "dl", "rt", "pthread"]
+    return cpp_extension.CppExtension(
+        name="msa._C",
+        sources=sources,
+        include_dirs=include_dirs,
+        library_dirs=library_dirs,
+        libraries=libraries,
+        extra_compile_args={"cxx": ["-O2", f"-DMSA_TORCH_WITH_CUDA={int(WITH_CUDA)}"]},
+    )
+
+
+setup(
+    name="msa",
+    version=_project_version(),
+    description="MiniMax-M3 block-sparse attention (MSA): PyTorch operators and reference",
+    long_description=(PYTHON_DIR / "README.md").read_text(),
+    long_description_content_type="text/markdown",
+    packages=["msa"],
+    python_requires=">=3.9",
+    install_requires=["torch"],
+    ext_modules=[_extension()],
+    cmdclass={"build_ext": BuildExtension},
+    zip_safe=False,
+)
