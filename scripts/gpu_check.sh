@@ -93,16 +93,18 @@ if has_stage bench && [ -x "$BUILD_DIR/bench/msa_bench_decode" ]; then
 fi
 
 if has_stage python && [ -f python/setup.py ]; then
-  (python3 -m pip install --no-build-isolation --no-deps -q ./python >"$OUT/python_install.log" 2>&1 &&
-   python3 -m pytest -q tests/python >"$OUT/python_tests.log" 2>&1)
+  (MAX_JOBS=$JOBS python3 -m pip install --no-build-isolation --no-deps -q ./python \
+     >"$OUT/python_install.log" 2>&1 &&
+   python3 -m pytest -q tests/python >"$OUT/python_tests.log" 2>&1 &&
+   python3 examples/engine_integration.py --device cuda >>"$OUT/python_tests.log" 2>&1)
   rc=$?
   [ $rc -eq 0 ] && record python ok "$(tail -1 "$OUT/python_tests.log")" ||
     record python FAIL "$(tail -1 "$OUT/python_tests.log" 2>/dev/null)"
 fi
 
 if has_stage engine && [ -x "$BUILD_DIR/tools/msa" ]; then
-  "$BUILD_DIR/tools/msa" run --preset minimax-m3-tp4 --backend cuda \
-    --report "$OUT/engine_tp4.json" >"$OUT/engine_tp4.txt" 2>&1 &&
+  timeout 300 "$BUILD_DIR/tools/msa" run --preset minimax-m3-tp4 --backend cuda \
+    ${ENGINE_ARGS:-} --report "$OUT/engine_tp4.json" >"$OUT/engine_tp4.txt" 2>&1 &&
     record engine ok "engine_tp4.txt" || record engine FAIL "see engine_tp4.txt"
 fi
 

@@ -15,6 +15,12 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
 cmake --build "$BUILD_DIR" -j "$JOBS"
 ctest --test-dir "$BUILD_DIR" -L cpu --output-on-failure -j "$JOBS" --timeout 900
 
-if [ -f python/setup.py ] && [ -f tests/python/run_tests.sh ]; then
-  bash tests/python/run_tests.sh "$BUILD_DIR"
+# PyTorch ops: built and tested when torch is importable here; otherwise skipped with a note
+# (scripts/gpu_check.sh runs them on the GPU machine, which has torch).
+if python3 -c "import torch" >/dev/null 2>&1; then
+  python3 -m pip install -q wheel pytest >/dev/null
+  MAX_JOBS=$JOBS python3 -m pip install -q --no-build-isolation --no-deps ./python
+  python3 -m pytest -q tests/python
+else
+  echo "python tests: SKIPPED (torch is not installed; pip install torch to run them)"
 fi
