@@ -23,7 +23,7 @@ has_stage() { local s; for s in "${STAGES[@]}"; do [ "$s" = "$1" ] && return 0; 
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv \
   >"$OUT/gpu.txt" 2>&1 || true
-git rev-parse HEAD >"$OUT/commit.txt" 2>/dev/null || true
+echo "${MSA_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" >"$OUT/commit.txt"
 
 if has_stage build; then
   gtest_flag=()
