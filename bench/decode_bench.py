@@ -907,6 +907,7 @@ def run_config(g: Group, qlen: int, ragged: bool, args: argparse.Namespace, time
         row["floor_us"] = nbytes / HBM_BYTES_PER_S * 1e6
         row["target_us"] = TARGET_FACTOR * row["floor_us"] + TARGET_LATENCY_US
         row["step_over_target"] = step / row["target_us"]
+        row["step_over_floor"] = step / row["floor_us"]
         row["achieved_GBps"] = nbytes / (step * 1e-6) / 1e9
         row["index_GBps"] = row["bytes"]["index_bytes"] / (times["index"]["median_us"] * 1e-6) / 1e9
         row["attn_GBps"] = row["bytes"]["attn_bytes"] / (times["attn"]["median_us"] * 1e-6) / 1e9
