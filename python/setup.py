@@ -11,6 +11,12 @@ Environment variables:
   MSA_CUDA_ARCHITECTURES  CUDA architectures of the backend (default 90a).
   MAX_JOBS                parallel compile jobs for CMake (default 2).
   MSA_CMAKE_BUILD_DIR     CMake build directory (default python/build/libmsa-<cpu|cuda>).
+  MSA_SANITIZE            debugging only: a -fsanitize= value (e.g. "address") applied to
+                          libmsa.a and the extension. Run Python with the runtime and libstdc++
+                          preloaded (else ASan's __cxa_throw interceptor aborts on the first C++
+                          exception): LD_PRELOAD="$(g++ -print-file-name=libasan.so)
+                          $(g++ -print-file-name=libstdc++.so)" ASAN_OPTIONS=detect_leaks=0
+                          (pytest captures stderr: add log_path=/tmp/asan to ASAN_OPTIONS).
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ def _want_cuda() -> bool:
 
 
 WITH_CUDA = _want_cuda()
+SANITIZE = os.environ.get("MSA_SANITIZE", "").strip()
+SANITIZE_FLAGS = [f"-fsanitize={SANITIZE}", "-fno-omit-frame-pointer", "-g"] if SANITIZE else []
 
 
 def _build_libmsa() -> Path:
@@ -74,6 +82,7 @@ def _build_libmsa() -> Path:
         )
     )
     cxx11_abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    cxx_flags = " ".join([f"-D_GLIBCXX_USE_CXX11_ABI={cxx11_abi}"] + SANITIZE_FLAGS)
     configure = [
         "cmake",
         "-S",
@@ -86,7 +95,7 @@ def _build_libmsa() -> Path:
         "-DMSA_BUILD_BENCH=OFF",
         f"-DMSA_WITH_CUDA={'ON' if WITH_CUDA else 'OFF'}",
         # libmsa passes std::string across its API, so it must use torch's libstdc++ ABI.
-        f"-DCMAKE_CXX_FLAGS=-D_GLIBCXX_USE_CXX11_ABI={cxx11_abi}",
+        f"-DCMAKE_CXX_FLAGS={cxx_flags}",
     ]
     if WITH_CUDA:
         configure += [
@@ -117,17 +126,25 @@ def _extension() -> cpp_extension.CppExtension:
     if WITH_CUDA:
         cuda_home = Path(_nvcc_path()).resolve().parent.parent
         include_dirs.append(str(cuda_home / "include"))
-        # The kernels in libmsa.a use the static CUDA runtime (no dependency on a particular
-        # libcudart.so); c10_cuda provides torch's current stream.
+        # The kernels in libmsa.a are linked against the SHARED CUDA runtime (libcudart.so,
+        # the soname torch itself loads), so the process has one runtime: a second, static
+        # copy (cudart_static) would keep its own context/stream/module state next to torch's.
+        # libmsa.a is a static archive, so its runtime references are resolved here, at the
+        # extension's link; CMake's CUDA::cudart_static on the msa target never reaches it.
+        # c10_cuda provides torch's current stream.
         library_dirs += [str(cuda_home / "lib64"), str(cuda_home / "lib")]
-        libraries += ["c10_cuda", "cudart_static", "dl", "rt", "pthread"]
+        libraries += ["c10_cuda", "cudart", "dl", "rt", "pthread"]
     return cpp_extension.CppExtension(
         name="msa._C",
         sources=sources,
         include_dirs=include_dirs,
         library_dirs=library_dirs,
         libraries=libraries,
-        extra_compile_args={"cxx": ["-O2", f"-DMSA_TORCH_WITH_CUDA={int(WITH_CUDA)}"]},
+        extra_compile_args={
+            "cxx": ["-O2", f"-DMSA_TORCH_WITH_CUDA={int(WITH_CUDA)}", "-Werror=return-type"]
+            + SANITIZE_FLAGS
+        },
+        extra_link_args=SANITIZE_FLAGS,
     )
 
 

@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #if MSA_TORCH_WITH_CUDA
@@ -16,6 +17,12 @@ namespace {
 // Where shape-only views point: non-null (so optional arguments read as given) and 256-byte
 // aligned. Workspace queries never dereference view data.
 void* const kPlaceholderData = reinterpret_cast<void*>(uintptr_t{1} << 20);
+
+// Throws c10::ValueError (Python ValueError); [[noreturn]] so callers need no dummy return.
+[[noreturn]] void throw_value_error(const std::string& message) {
+  TORCH_CHECK_VALUE(false, message);
+  std::abort();  // unreachable: TORCH_CHECK_VALUE(false, ...) always throws
+}
 
 msa::DType to_msa_dtype(c10::ScalarType t, const char* name) {
   switch (t) {
@@ -32,10 +39,12 @@ msa::DType to_msa_dtype(c10::ScalarType t, const char* name) {
     case at::kLong:
       return msa::DType::kI64;
     default:
-      TORCH_CHECK_VALUE(false, name, ": dtype ", t,
-                        " is not supported by msa (bfloat16, float16, float32, float8_e4m3fn, "
-                        "int32, int64)");
+      break;
   }
+  // Every path returns or throws explicitly (no falling off the end of a non-void function).
+  throw_value_error(std::string(name) + ": dtype " + std::string(c10::toString(t)) +
+                    " is not supported by msa (bfloat16, float16, float32, float8_e4m3fn, "
+                    "int32, int64)");
 }
 
 }  // namespace
@@ -108,14 +117,17 @@ void throw_if_error(const msa::Status& status, const char* op) {
   switch (status.code()) {
     case msa::StatusCode::kInvalidArgument:
     case msa::StatusCode::kWorkspaceTooSmall:
-      TORCH_CHECK_VALUE(false, message);
+      throw_value_error(message);
     case msa::StatusCode::kOutOfRange:
       TORCH_CHECK_INDEX(false, message);
+      break;
     case msa::StatusCode::kNotSupported:
       TORCH_CHECK_NOT_IMPLEMENTED(false, message);
+      break;
     default:
-      TORCH_CHECK(false, message);
+      break;
   }
+  TORCH_CHECK(false, message);
 }
 
 msa::Workspace to_workspace(const at::Tensor& workspace, const c10::Device& device) {

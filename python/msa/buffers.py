@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Union
+from typing import Optional, Union
 
 import torch
 
@@ -68,10 +68,11 @@ class StepBuffers:
 
     Shapes (C = Capacities): topk [H_idx, max_tokens, topk] int32 (the shared top-k buffer:
     decode rows first, then prefill rows); per-request metadata [max_requests (+1)] int32;
-    per-token metadata [max_tokens] (slots int64); q / attn_out [max_tokens, Hq, D] in the
-    activation dtype; index_q [max_tokens, H_idx, Di] in the index dtype; lse [max_tokens, Hq]
-    float32; totals [4] int32; error_flags [1] int32 (zeroed); workspace uint8, large enough
-    for every op at capacity.
+    per-token metadata [max_tokens] (slots int64); q [max_tokens, Hq, D] in the activation
+    dtype (that of qkv: bfloat16 or float16); attn_out [max_tokens, Hq, D] in the output dtype
+    (the activation dtype or float32); index_q [max_tokens, H_idx, Di] in the index dtype;
+    lse [max_tokens, Hq] float32; totals [4] int32; error_flags [1] int32 (zeroed); workspace
+    uint8, large enough for every op at capacity.
     """
 
     topk: Tensor
@@ -97,11 +98,30 @@ def _meta(*shape: int, dtype: torch.dtype) -> Tensor:
     return torch.empty(*shape, dtype=dtype, device="meta")
 
 
+# qkv (and so q, the fused op's q output) is bfloat16 or float16; attention outputs may also be
+# float32 (the ops accept out in q's dtype or float32).
+ACTIVATION_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _check_dtypes(dtype: torch.dtype, out_dtype: Optional[torch.dtype]) -> torch.dtype:
+    """Validates the activation dtype and returns the attention output dtype."""
+    if dtype not in ACTIVATION_DTYPES:
+        raise ValueError(
+            f"dtype: {dtype} is not an activation dtype of msa (qkv and q are bfloat16 or "
+            f"float16); for float32 attention outputs pass out_dtype=torch.float32")
+    out_dtype = dtype if out_dtype is None else out_dtype
+    if out_dtype not in (dtype, torch.float32):
+        raise ValueError(f"out_dtype: {out_dtype}, expected {dtype} (the activation dtype) or "
+                         f"torch.float32")
+    return out_dtype
+
+
 def workspace_bytes(
     caps: Capacities,
     device: Device,
     *,
     dtype: torch.dtype = torch.bfloat16,
+    out_dtype: Optional[torch.dtype] = None,
     kv_cache_dtype: torch.dtype = torch.bfloat16,
     index_dtype: torch.dtype = torch.bfloat16,
 ) -> int:
@@ -110,7 +130,11 @@ def workspace_bytes(
     Each op's size is queried at the capacity shapes (decode and prefill forms, the fused
     pre-attention op, metadata, page-16 table); the result is the maximum, so one workspace
     can be shared by all ops of a step, which run one after the other on one stream.
+
+    ``dtype`` is the activation dtype (qkv and q: bfloat16 or float16); ``out_dtype`` that of
+    the attention outputs (default ``dtype``; float32 allowed). Other dtypes raise ValueError.
     """
+    out_dtype = _check_dtypes(dtype, out_dtype)
     dev = str(torch.device(device))
     i32, i64 = torch.int32, torch.int64
     c = caps
@@ -126,7 +150,7 @@ def workspace_bytes(
     cu = _meta(r + 1, dtype=i32)
     table = _meta(r, mb, dtype=i32)
     q = _meta(t, hq, d, dtype=dtype)
-    out = _meta(t, hq, d, dtype=dtype)
+    out = _meta(t, hq, d, dtype=out_dtype)
     lse = _meta(t, hq, dtype=torch.float32)
     flags = _meta(1, dtype=i32)
     index_q = _meta(t, hi, di, dtype=index_dtype)
@@ -154,7 +178,8 @@ def workspace_bytes(
         _C.sparse_attention_decode_workspace_size(
             dev, _meta(td, hq, d, dtype=dtype), kv_cache, *scales, _meta(rd, mb, dtype=i32),
             _meta(rd, dtype=i32), _meta(hkv, td, c.topk, dtype=i32),
-            _meta(td, hq, d, dtype=dtype), _meta(td, hq, dtype=torch.float32), flags, dl, 0.0),
+            _meta(td, hq, d, dtype=out_dtype), _meta(td, hq, dtype=torch.float32), flags, dl,
+            0.0),
         _C.sparse_attention_prefill_workspace_size(
             dev, q, kv_cache, *scales, table, cu, seq_lens, _meta(hkv, t, c.topk, dtype=i32),
             out, lse, flags, 0.0),
@@ -173,13 +198,17 @@ def allocate_buffers(
     device: Device,
     *,
     dtype: torch.dtype = torch.bfloat16,
+    out_dtype: Optional[torch.dtype] = None,
     kv_cache_dtype: torch.dtype = torch.bfloat16,
     index_dtype: torch.dtype = torch.bfloat16,
 ) -> StepBuffers:
     """Allocates every per-step buffer of ``StepBuffers`` at capacity on ``device``.
 
-    The KV and index caches are not included: engines own them (see ``allocate_caches``).
+    ``dtype``: activation dtype of qkv and ``q`` (bfloat16 or float16); ``out_dtype``: that of
+    ``attn_out`` (default ``dtype``, or float32). The KV and index caches are not included:
+    engines own them (see ``allocate_caches``).
     """
+    out_dtype = _check_dtypes(dtype, out_dtype)
     c = caps
     t, r = c.max_tokens, c.max_requests
 
@@ -201,11 +230,12 @@ def allocate_buffers(
         error_flags=torch.zeros(1, dtype=torch.int32, device=device),
         q=torch.empty(t, c.num_q_heads, c.head_dim, dtype=dtype, device=device),
         index_q=torch.empty(t, c.num_index_heads, c.index_dim, dtype=index_dtype, device=device),
-        attn_out=torch.empty(t, c.num_q_heads, c.head_dim, dtype=dtype, device=device),
+        attn_out=torch.empty(t, c.num_q_heads, c.head_dim, dtype=out_dtype, device=device),
         lse=torch.empty(t, c.num_q_heads, dtype=torch.float32, device=device),
         workspace=torch.empty(
             workspace_bytes(
-                c, device, dtype=dtype, kv_cache_dtype=kv_cache_dtype, index_dtype=index_dtype
+                c, device, dtype=dtype, out_dtype=out_dtype, kv_cache_dtype=kv_cache_dtype,
+                index_dtype=index_dtype,
             ),
             dtype=torch.uint8,
             device=device,

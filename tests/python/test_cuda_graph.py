@@ -26,7 +26,7 @@ def test_capture_and_replay() -> None:
     caps = msa.Capacities(max_requests=R, max_tokens=R * L, max_context=MAX_CONTEXT,
                           max_decode_query_len=L, num_q_heads=HQ, num_kv_heads=HKV,
                           num_index_heads=HKV)
-    bufs = msa.allocate_buffers(caps, device, dtype=torch.float32)
+    bufs = msa.allocate_buffers(caps, device, out_dtype=torch.float32)  # q bf16, out f32
     kv, index_cache = msa.allocate_caches(caps, device)
     gen = generator(11)
     kv.copy_(randn(*kv.shape, gen=gen))

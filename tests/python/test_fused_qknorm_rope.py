@@ -109,11 +109,24 @@ def test_rope_cache(device: str) -> None:
     assert_close(table, want, atol=1e-6, what="cos_sin")
 
 
-def test_invalid_argument_raises_value_error() -> None:
+BAD_Q_OUT = {
+    "heads": dict(shape=(T, NQ + 1, D), dtype=torch.bfloat16),  # library check (Status)
+    "dtype": dict(shape=(T, NQ, D), dtype=torch.float64),  # glue: no msa dtype
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_Q_OUT))
+@pytest.mark.parametrize("workspace", ["sized", "given"])
+def test_invalid_argument_raises_value_error(bad: str, workspace: str) -> None:
+    """Each rejected call builds its own case (no state shared with other tests or calls).
+    workspace "sized": the wrapper sizes one (the error comes from the workspace query);
+    "given": a workspace is passed, so the error comes from the torch.ops.msa kernel."""
     case = make_case("cpu", "sparse", "packed", torch.bfloat16, "none", torch.bfloat16, True)
-    case["q_out"] = torch.zeros(T, NQ + 1, D, dtype=torch.bfloat16)
+    spec = BAD_Q_OUT[bad]
+    case["q_out"] = torch.zeros(*spec["shape"], dtype=spec["dtype"])
+    if workspace == "given":
+        case["workspace"] = torch.zeros(1 << 16, dtype=torch.uint8)
+    qkv_before = case["qkv"].clone()
     with pytest.raises(ValueError, match="q_out"):
         msa.fused_qknorm_rope(**case)
-    case["q_out"] = torch.zeros(T, NQ, D, dtype=torch.float64)
-    with pytest.raises(ValueError, match="q_out"):
-        msa.fused_qknorm_rope(**case)
+    assert torch.equal(case["qkv"], qkv_before)  # rejected before anything is written

@@ -65,6 +65,23 @@ def test_allocate_buffers(device: str) -> None:
     assert kv.shape == (256, 1, 128, 256) and index.shape == (256, 128, 128)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_allocate_buffers_dtypes(device: str) -> None:
+    """q follows the activation dtype (bf16 / f16 only, as qkv); attn_out may be float32, and
+    the workspace is sized with those dtypes (float32 activations raise ValueError)."""
+    caps = msa.Capacities(max_requests=4, max_tokens=8, max_context=4096,
+                          max_decode_query_len=2)
+    bufs = msa.allocate_buffers(caps, device, out_dtype=torch.float32)
+    assert bufs.q.dtype == torch.bfloat16 and bufs.attn_out.dtype == torch.float32
+    assert bufs.workspace.numel() == msa.workspace_bytes(caps, device, out_dtype=torch.float32)
+    half = msa.allocate_buffers(caps, device, dtype=torch.float16)
+    assert half.q.dtype == torch.float16 and half.attn_out.dtype == torch.float16
+    with pytest.raises(ValueError, match="out_dtype"):
+        msa.allocate_buffers(caps, device, dtype=torch.float32)
+    with pytest.raises(ValueError, match="out_dtype"):
+        msa.workspace_bytes(caps, device, dtype=torch.float16, out_dtype=torch.bfloat16)
+
+
 def test_topk_reuse_rule() -> None:
     """freq 4, offset 0 over 57 sparse layers: 15 recompute, 42 reuse (A9)."""
     computes = [ref.recomputes_topk(o, 4, 0) for o in range(57)]
