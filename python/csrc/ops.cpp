@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "glue.h"
 
@@ -543,20 +544,51 @@ TORCH_LIBRARY_IMPL(msa, CUDA, m) { MSA_REGISTER_KERNELS(m); }
 
 #undef MSA_REGISTER_KERNELS
 
+namespace {
+
+// The workspace-size functions are plain pybind11 functions, outside the dispatcher. They report
+// errors by value, (kind, message, bytes) with kind "" on success, and the Python side raises:
+// no C++ exception crosses the pybind11 boundary, so error handling does not depend on
+// exception translators shared with torch's own pybind11 module.
+template <typename... Args>
+auto size_by_value(int64_t (*fn)(Args...)) {
+  return [fn](Args... args) -> pybind11::tuple {
+    try {
+      return pybind11::make_tuple("", "", fn(std::forward<Args>(args)...));
+    } catch (const c10::ValueError& e) {
+      return pybind11::make_tuple("value", e.what_without_backtrace(), 0);
+    } catch (const c10::IndexError& e) {
+      return pybind11::make_tuple("index", e.what_without_backtrace(), 0);
+    } catch (const c10::NotImplementedError& e) {
+      return pybind11::make_tuple("not_implemented", e.what_without_backtrace(), 0);
+    } catch (const c10::Error& e) {
+      return pybind11::make_tuple("runtime", e.what_without_backtrace(), 0);
+    } catch (const std::exception& e) {
+      return pybind11::make_tuple("runtime", e.what(), 0);
+    }
+  };
+}
+
+}  // namespace
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "msa PyTorch extension: registers torch.ops.msa.* and sizes op workspaces";
   m.def("version", &msa::version_string, "Version of the linked msa library");
   m.def("built_with_cuda", &msa::built_with_cuda,
         "True when the linked msa library has its CUDA backend");
-  m.def("fused_qknorm_rope_workspace_size", &msa_torch::fused_qknorm_rope_workspace_size);
-  m.def("rope_cache_workspace_size", &msa_torch::rope_cache_workspace_size);
-  m.def("index_topk_decode_workspace_size", &msa_torch::index_topk_decode_workspace_size);
-  m.def("index_topk_prefill_workspace_size", &msa_torch::index_topk_prefill_workspace_size);
-  m.def("sparse_page16_workspace_size", &msa_torch::sparse_page16_workspace_size);
+  m.def("fused_qknorm_rope_workspace_size",
+        size_by_value(&msa_torch::fused_qknorm_rope_workspace_size));
+  m.def("rope_cache_workspace_size", size_by_value(&msa_torch::rope_cache_workspace_size));
+  m.def("index_topk_decode_workspace_size",
+        size_by_value(&msa_torch::index_topk_decode_workspace_size));
+  m.def("index_topk_prefill_workspace_size",
+        size_by_value(&msa_torch::index_topk_prefill_workspace_size));
+  m.def("sparse_page16_workspace_size", size_by_value(&msa_torch::sparse_page16_workspace_size));
   m.def("sparse_attention_decode_workspace_size",
-        &msa_torch::sparse_attention_decode_workspace_size);
+        size_by_value(&msa_torch::sparse_attention_decode_workspace_size));
   m.def("sparse_attention_prefill_workspace_size",
-        &msa_torch::sparse_attention_prefill_workspace_size);
-  m.def("dense_attention_workspace_size", &msa_torch::dense_attention_workspace_size);
-  m.def("batch_metadata_workspace_size", &msa_torch::batch_metadata_workspace_size);
+        size_by_value(&msa_torch::sparse_attention_prefill_workspace_size));
+  m.def("dense_attention_workspace_size",
+        size_by_value(&msa_torch::dense_attention_workspace_size));
+  m.def("batch_metadata_workspace_size", size_by_value(&msa_torch::batch_metadata_workspace_size));
 }

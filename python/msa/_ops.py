@@ -43,12 +43,28 @@ def padded_workspace_bytes(nbytes: int) -> int:
     return nbytes + WORKSPACE_ALIGNMENT if nbytes > 0 else 0
 
 
+_SIZE_ERRORS = {
+    "value": ValueError,
+    "index": IndexError,
+    "not_implemented": NotImplementedError,
+    "runtime": RuntimeError,
+}
+
+
+def _size(size_fn: Callable[..., tuple], *args: object) -> int:
+    """Calls an ``_C.*_workspace_size`` function, which reports errors by value, and raises."""
+    kind, message, nbytes = size_fn(*args)
+    if kind:
+        raise _SIZE_ERRORS[kind](message)
+    return int(nbytes)
+
+
 def _workspace(
-    workspace: Optional[Tensor], device: torch.device, size_fn: Callable[..., int], *args: object
+    workspace: Optional[Tensor], device: torch.device, size_fn: Callable[..., tuple], *args: object
 ) -> Tensor:
     if workspace is not None:
         return workspace
-    nbytes = size_fn(str(device), *args)
+    nbytes = _size(size_fn, str(device), *args)
     return torch.empty(padded_workspace_bytes(nbytes), dtype=torch.uint8, device=device)
 
 
