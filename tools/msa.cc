@@ -63,9 +63,9 @@ prefill, decode-first batches, optional speculative rows) over a stack of dense 
 attention layers with synthetic activations, then prints a summary.
 
 model:
-  --preset NAME          default: CPU sized (~20 s on 2 cores): 8 layers (3 dense + 5 sparse),
-                         TP4-rank heads 16q/1kv/1idx, D 128, blocks of 64, top-8, 8 requests
-                         of 512-1024 + 16-32 tokens;
+  --preset NAME          default: CPU sized (~25 s on 2 cores): 3 layers (1 dense + 2 sparse),
+                         TP4-rank heads 16q/1kv/1idx, D 128, blocks of 128, top-16, 6 requests
+                         of 2500-3500 + 16-32 tokens;
                          minimax-m3-tp1|-tp2|-tp4|-tp8: the full model's per-rank shapes
                          (60 layers, blocks of 128, top-16), GPU sized (64 requests of
                          4-16k + 64-256 tokens)
@@ -212,21 +212,21 @@ Preset make_preset(const std::string& name) {
   Preset p;
   p.model = msa::ModelConfig::minimax_m3();
   if (name == "default") {
-    // CPU sized (about 20 s on two cores): the TP4 rank's heads (16 q, 1 KV, 1 index, D 128),
-    // 3 dense + 5 sparse layers. The CPU backend's exact attention costs O(context) per row, so
-    // the sparse geometry is scaled down with the contexts: 64-token blocks and top-8 (512
-    // keys) against contexts of up to about a thousand tokens keep M3's ratio of selected to
-    // visible blocks at 4-8k contexts.
-    p.model.num_layers = 8;
-    p.model.sparse_block_size = 64;
-    p.model.sparse_topk_blocks = 8;
+    // CPU sized (about 25 s on two free cores): the TP4 rank's heads (16 q, 1 KV, 1 index,
+    // D 128) with M3's sparse geometry (blocks of 128, top-16 = 2048 keys), 1 dense + 2 sparse
+    // layers, and prompts of 2500-3500 tokens, so every decode row's context is past the 2048
+    // selected keys and sparse attention skips blocks. The CPU backend's exact attention costs
+    // O(context) per row (O(prompt^2) per dense layer in prefill), which bounds the layer count
+    // and the workload.
+    p.model.num_layers = 3;
+    p.model.sparse_layers = {false, true, true};
     p.model.max_position_embeddings = 1 << 16;
-    p.workload.num_requests = 8;
-    p.workload.prompt_min = 512;
-    p.workload.prompt_max = 1024;
+    p.workload.num_requests = 6;
+    p.workload.prompt_min = 2500;
+    p.workload.prompt_max = 3500;
     p.workload.output_min = 16;
     p.workload.output_max = 32;
-    p.max_batch_tokens = 1024;
+    p.max_batch_tokens = 2048;
     return p;
   }
   const std::string prefix = "minimax-m3-tp";
