@@ -24,26 +24,26 @@ struct SparseAttentionDecodeArgs {
   float softmax_scale = 0.0f;  // 0 = head_dim^-0.5
   TensorView q;                // [T, Hq, D] bf16 / f16 / f32, last stride 1
   KvCacheView kv_cache;
-  TensorView block_table;      // [num_requests, max_blocks] i32
-  TensorView seq_lens;         // [num_requests] i32 (0 = padded request)
-  TensorView topk;             // [Hkv, >= T, K] i32, ids ascending and -1 padded
-  TensorView out;              // [T, Hq, D] q's dtype or f32
-  TensorView lse;              // optional [T, Hq] f32
-  TensorView error_flags;      // optional [1] i32
+  TensorView block_table;  // [num_requests, max_blocks] i32
+  TensorView seq_lens;     // [num_requests] i32 (0 = padded request)
+  TensorView topk;         // [Hkv, >= T, K] i32, ids ascending and -1 padded
+  TensorView out;          // [T, Hq, D] q's dtype or f32
+  TensorView lse;          // optional [T, Hq] f32
+  TensorView error_flags;  // optional [1] i32
 };
 
 // Prefill rows: request b owns rows [cu_seqlens_q[b], cu_seqlens_q[b+1]); rows past
 // cu_seqlens_q[B] are padding (out = 0, lse = -inf).
 struct SparseAttentionPrefillArgs {
   float softmax_scale = 0.0f;
-  TensorView q;                // [T, Hq, D]
+  TensorView q;  // [T, Hq, D]
   KvCacheView kv_cache;
-  TensorView block_table;      // [num_requests, max_blocks] i32
-  TensorView cu_seqlens_q;     // [num_requests + 1] i32
-  TensorView seq_lens;         // [num_requests] i32: prefix + query tokens
-  TensorView topk;             // [Hkv, >= T, K] i32 (a view starting at the first prefill row)
-  TensorView out;              // [T, Hq, D]
-  TensorView lse;              // optional [T, Hq] f32
+  TensorView block_table;   // [num_requests, max_blocks] i32
+  TensorView cu_seqlens_q;  // [num_requests + 1] i32
+  TensorView seq_lens;      // [num_requests] i32: prefix + query tokens
+  TensorView topk;          // [Hkv, >= T, K] i32 (a view starting at the first prefill row)
+  TensorView out;           // [T, Hq, D]
+  TensorView lse;           // optional [T, Hq] f32
   TensorView error_flags;
 };
 
@@ -51,13 +51,13 @@ struct SparseAttentionPrefillArgs {
 // is cu_seqlens_q = [0, L, 2L, ...]).
 struct DenseAttentionArgs {
   float softmax_scale = 0.0f;
-  TensorView q;                // [T, Hq, D]
+  TensorView q;  // [T, Hq, D]
   KvCacheView kv_cache;
-  TensorView block_table;      // [num_requests, max_blocks] i32
-  TensorView cu_seqlens_q;     // [num_requests + 1] i32
-  TensorView seq_lens;         // [num_requests] i32
-  TensorView out;              // [T, Hq, D]
-  TensorView lse;              // optional [T, Hq] f32
+  TensorView block_table;   // [num_requests, max_blocks] i32
+  TensorView cu_seqlens_q;  // [num_requests + 1] i32
+  TensorView seq_lens;      // [num_requests] i32
+  TensorView out;           // [T, Hq, D]
+  TensorView lse;           // optional [T, Hq] f32
   TensorView error_flags;
 };
 

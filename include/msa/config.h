@@ -63,10 +63,10 @@ struct RankShape {
   int num_q_heads = 0;
   int num_kv_heads = 0;
   int num_index_heads = 0;
-  int group_size = 0;        // q heads per KV head on this rank
+  int group_size = 0;  // q heads per KV head on this rank
   int head_dim = 0;
   int index_dim = 0;
-  int fused_row_width = 0;   // (nq + 2 nkv + niq + 1) * head_dim elements per token
+  int fused_row_width = 0;  // (nq + 2 nkv + niq + 1) * head_dim elements per token
 };
 
 // tp_size must divide num_q_heads, and either divide num_kv_heads or be a multiple of it.
@@ -74,9 +74,9 @@ Status rank_shape(const ModelConfig& cfg, int tp_size, RankShape* out);
 
 // What one layer does in a forward pass (spec A9).
 enum class LayerKind {
-  kDense,         // dense causal GQA
-  kSparseCompute, // sparse, recomputes the top-k (index branch on)
-  kSparseReuse,   // sparse, reuses the shared top-k buffer (index branch skipped)
+  kDense,          // dense causal GQA
+  kSparseCompute,  // sparse, recomputes the top-k (index branch on)
+  kSparseReuse,    // sparse, reuses the shared top-k buffer (index branch skipped)
 };
 
 // One entry per layer. Sparse ordinal o recomputes iff !use_index_cache or

@@ -16,7 +16,7 @@ namespace msa {
 //   topk_out[h, row, :] = the kept ids in ascending order, then -1 up to topk_out.shape[2].
 // Rows with p < 0 (padded requests) get all -1.
 struct IndexTopkParams {
-  int topk = 16;         // <= topk_out.shape[2]
+  int topk = 16;  // <= topk_out.shape[2]
   int init_blocks = 0;
   int local_blocks = 1;
 };
@@ -24,13 +24,13 @@ struct IndexTopkParams {
 // Decode rows: num_requests requests with exactly query_len rows each, request-major.
 struct IndexTopkDecodeArgs {
   IndexTopkParams params;
-  int query_len = 1;        // 1..8 (1 + speculative tokens)
-  TensorView index_q;       // [T, H_idx, Di] bf16 or e4m3, T = num_requests * query_len
-  TensorView index_cache;   // [num_blocks, block_size, Di] bf16 or e4m3, last stride 1
-  TensorView block_table;   // [num_requests, max_blocks] i32: index-cache pages
-  TensorView seq_lens;      // [num_requests] i32: tokens in the cache, 0 = padded request
-  TensorView topk_out;      // [H_idx, >= T, K] i32; rows [0, T) written
-  TensorView error_flags;   // optional [1] i32
+  int query_len = 1;       // 1..8 (1 + speculative tokens)
+  TensorView index_q;      // [T, H_idx, Di] bf16 or e4m3, T = num_requests * query_len
+  TensorView index_cache;  // [num_blocks, block_size, Di] bf16 or e4m3, last stride 1
+  TensorView block_table;  // [num_requests, max_blocks] i32: index-cache pages
+  TensorView seq_lens;     // [num_requests] i32: tokens in the cache, 0 = padded request
+  TensorView topk_out;     // [H_idx, >= T, K] i32; rows [0, T) written
+  TensorView error_flags;  // optional [1] i32
 };
 
 // Prefill rows (chunked prefill with a prefix): request b owns rows
@@ -62,13 +62,13 @@ Status run(const IndexTopkPrefillArgs& args, Workspace workspace, Stream stream)
 // selected, else min(n_valid * block_size, p + 1); 0 for padded rows.
 struct SparsePage16Args {
   int query_len = 1;
-  int page_stride = 8;            // 8 (separate K/V planes) or 16 (packed sides)
-  int block_size = 128;           // multiple of 16
-  TensorView topk;                // [Hkv, >= T, K] i32
-  TensorView block_table;         // [num_requests, max_blocks] i32 main-cache pages
-  TensorView seq_lens;            // [num_requests] i32
-  TensorView table_out;           // [T * Hkv, K * block_size / 16] i32
-  TensorView context_lens_out;    // [T * Hkv] i32
+  int page_stride = 8;          // 8 (separate K/V planes) or 16 (packed sides)
+  int block_size = 128;         // multiple of 16
+  TensorView topk;              // [Hkv, >= T, K] i32
+  TensorView block_table;       // [num_requests, max_blocks] i32 main-cache pages
+  TensorView seq_lens;          // [num_requests] i32
+  TensorView table_out;         // [T * Hkv, K * block_size / 16] i32
+  TensorView context_lens_out;  // [T * Hkv] i32
   TensorView error_flags;
 };
 

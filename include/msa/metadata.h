@@ -20,9 +20,9 @@ struct BatchMetadataArgs {
   int decode_query_len = 1;     // 1..8
   int block_size = 128;
 
-  TensorView query_lens;   // [B] i32 (device)
-  TensorView seq_lens;     // [B] i32: cached + new tokens after this step
-  TensorView block_table;  // [B, max_blocks] i32 main-cache pages (needed for slot_mapping)
+  TensorView query_lens;         // [B] i32 (device)
+  TensorView seq_lens;           // [B] i32: cached + new tokens after this step
+  TensorView block_table;        // [B, max_blocks] i32 main-cache pages (needed for slot_mapping)
   TensorView index_block_table;  // optional [B, max_blocks] i32 (for index_slot_mapping)
 
   TensorView query_start_loc;       // [B + 1] i32, row offsets of every request (decode rows
@@ -37,7 +37,7 @@ struct BatchMetadataArgs {
   TensorView index_slot_mapping;    // [max_tokens] i64 (needs index_block_table)
   // [4] i32: num_decode_tokens, num_prefill_tokens, num_tokens, total_kv_blocks
   TensorView totals;
-  TensorView error_flags;           // optional [1] i32
+  TensorView error_flags;  // optional [1] i32
 };
 
 Status check(const BatchMetadataArgs& args);

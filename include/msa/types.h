@@ -55,13 +55,13 @@ struct Device {
 
 enum class StatusCode : int32_t {
   kOk = 0,
-  kInvalidArgument = 1,   // shape, dtype, stride, device or a host scalar is wrong
-  kOutOfRange = 2,        // a value inside a tensor (block id, slot, length) is out of range
-  kNotSupported = 3,      // valid request this build or backend does not implement
-  kWorkspaceTooSmall = 4, // workspace smaller than workspace_size() asked for
-  kCudaError = 5,         // a CUDA runtime call failed
-  kIoError = 6,           // a file could not be read or written
-  kParseError = 7,        // malformed configuration text
+  kInvalidArgument = 1,    // shape, dtype, stride, device or a host scalar is wrong
+  kOutOfRange = 2,         // a value inside a tensor (block id, slot, length) is out of range
+  kNotSupported = 3,       // valid request this build or backend does not implement
+  kWorkspaceTooSmall = 4,  // workspace smaller than workspace_size() asked for
+  kCudaError = 5,          // a CUDA runtime call failed
+  kIoError = 6,            // a file could not be read or written
+  kParseError = 7,         // malformed configuration text
   kInternal = 8,
 };
 
@@ -107,13 +107,13 @@ struct Workspace {
 // written for it); everything else is computed. Flags are never cleared by an op.
 enum DeviceError : int32_t {
   kDeviceErrorNone = 0,
-  kDeviceErrorSlot = 1 << 0,         // slot_mapping entry >= num_blocks * block_size
-  kDeviceErrorBlockId = 1 << 1,      // block_table entry outside [0, num_blocks)
-  kDeviceErrorSeqLen = 1 << 2,       // sequence length negative or beyond the block table
-  kDeviceErrorPosition = 1 << 3,     // position >= rope table length
-  kDeviceErrorTopkId = 1 << 4,       // top-k id outside the row's visible blocks
-  kDeviceErrorQueryLen = 1 << 5,     // query length / cu_seqlens inconsistent with the batch
-  kDeviceErrorCapacity = 1 << 6,     // batch exceeds a declared capacity
+  kDeviceErrorSlot = 1 << 0,      // slot_mapping entry >= num_blocks * block_size
+  kDeviceErrorBlockId = 1 << 1,   // block_table entry outside [0, num_blocks)
+  kDeviceErrorSeqLen = 1 << 2,    // sequence length negative or beyond the block table
+  kDeviceErrorPosition = 1 << 3,  // position >= rope table length
+  kDeviceErrorTopkId = 1 << 4,    // top-k id outside the row's visible blocks
+  kDeviceErrorQueryLen = 1 << 5,  // query length / cu_seqlens inconsistent with the batch
+  kDeviceErrorCapacity = 1 << 6,  // batch exceeds a declared capacity
 };
 
 }  // namespace msa

@@ -10,19 +10,19 @@
 
 namespace msa {
 
-#define MSA_DECLARE_BACKEND_OP(ArgsType)                                    \
-  Status workspace_size(const ArgsType& args, size_t* bytes);              \
+#define MSA_DECLARE_BACKEND_OP(ArgsType)                      \
+  Status workspace_size(const ArgsType& args, size_t* bytes); \
   Status run(const ArgsType& args, Workspace workspace, Stream stream);
 
-#define MSA_DECLARE_BACKEND_OPS                        \
-  MSA_DECLARE_BACKEND_OP(FusedQkNormRopeArgs)          \
-  MSA_DECLARE_BACKEND_OP(RopeCacheArgs)                \
-  MSA_DECLARE_BACKEND_OP(IndexTopkDecodeArgs)          \
-  MSA_DECLARE_BACKEND_OP(IndexTopkPrefillArgs)         \
-  MSA_DECLARE_BACKEND_OP(SparsePage16Args)             \
-  MSA_DECLARE_BACKEND_OP(SparseAttentionDecodeArgs)    \
-  MSA_DECLARE_BACKEND_OP(SparseAttentionPrefillArgs)   \
-  MSA_DECLARE_BACKEND_OP(DenseAttentionArgs)           \
+#define MSA_DECLARE_BACKEND_OPS                      \
+  MSA_DECLARE_BACKEND_OP(FusedQkNormRopeArgs)        \
+  MSA_DECLARE_BACKEND_OP(RopeCacheArgs)              \
+  MSA_DECLARE_BACKEND_OP(IndexTopkDecodeArgs)        \
+  MSA_DECLARE_BACKEND_OP(IndexTopkPrefillArgs)       \
+  MSA_DECLARE_BACKEND_OP(SparsePage16Args)           \
+  MSA_DECLARE_BACKEND_OP(SparseAttentionDecodeArgs)  \
+  MSA_DECLARE_BACKEND_OP(SparseAttentionPrefillArgs) \
+  MSA_DECLARE_BACKEND_OP(DenseAttentionArgs)         \
   MSA_DECLARE_BACKEND_OP(BatchMetadataArgs)
 
 namespace cpu {

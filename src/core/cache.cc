@@ -9,8 +9,10 @@ using detail::invalid;
 Status make_packed_kv_cache(const TensorView& cache, KvCacheView* out) {
   MSA_RETURN_IF_ERROR(detail::require_ndim(cache, "cache", 4));
   if (cache.shape[3] % 2 != 0 || cache.shape[3] == 0) {
-    return invalid("cache: packed layout [num_blocks, Hkv, block_size, 2 * head_dim] needs an "
-                   "even, non-zero last dimension, got shape " + detail::shape_string(cache));
+    return invalid(
+        "cache: packed layout [num_blocks, Hkv, block_size, 2 * head_dim] needs an "
+        "even, non-zero last dimension, got shape " +
+        detail::shape_string(cache));
   }
   MSA_RETURN_IF_ERROR(detail::require_unit_last_stride(cache, "cache"));
   const int64_t d = cache.shape[3] / 2;

@@ -14,8 +14,9 @@ Status dispatch_workspace_size(const Args& args, const Device& device, size_t* b
 #if MSA_WITH_CUDA
   return cuda::workspace_size(args, bytes);
 #else
-  return not_supported("tensors are on a CUDA device but this build of msa has no CUDA "
-                       "backend (configure with -DMSA_WITH_CUDA=ON)");
+  return not_supported(
+      "tensors are on a CUDA device but this build of msa has no CUDA "
+      "backend (configure with -DMSA_WITH_CUDA=ON)");
 #endif
 }
 
@@ -27,8 +28,9 @@ Status dispatch_run(const Args& args, const Device& device, Workspace workspace,
 #else
   (void)workspace;
   (void)stream;
-  return not_supported("tensors are on a CUDA device but this build of msa has no CUDA "
-                       "backend (configure with -DMSA_WITH_CUDA=ON)");
+  return not_supported(
+      "tensors are on a CUDA device but this build of msa has no CUDA "
+      "backend (configure with -DMSA_WITH_CUDA=ON)");
 #endif
 }
 

@@ -36,7 +36,7 @@ uint16_t float_to_f16(float x) {
   uint32_t u = float_bits(x);
   uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   uint32_t abs = u & 0x7FFFFFFFu;
-  if (abs > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);  // NaN
+  if (abs > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);   // NaN
   if (abs >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds to >= 2^16
   if (abs < 0x38800000u) {
     // Below the smallest normal 2^-14: a subnormal multiple of 2^-24, rounded to nearest even.

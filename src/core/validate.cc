@@ -133,14 +133,12 @@ Status check_kv_cache(const KvCacheView& c, const char* name, const Device& devi
     MSA_RETURN_IF_ERROR(require_device(*s, sn.c_str(), device));
     if (c.scale_mode == KvScaleMode::kPerLayer) {
       if (s->numel() != 1 || s->ndim > 1) {
-        return invalid(sn + ": per-layer scale must have shape [] or [1], got " +
-                       shape_string(*s));
+        return invalid(sn + ": per-layer scale must have shape [] or [1], got " + shape_string(*s));
       }
     } else {
       MSA_RETURN_IF_ERROR(require_ndim(*s, sn.c_str(), 2));
       MSA_RETURN_IF_ERROR(require_dim(*s, sn.c_str(), 0, c.num_kv_heads(), "num_kv_heads"));
-      MSA_RETURN_IF_ERROR(require_dim_at_least(*s, sn.c_str(), 1,
-                                               c.num_blocks() * c.block_size(),
+      MSA_RETURN_IF_ERROR(require_dim_at_least(*s, sn.c_str(), 1, c.num_blocks() * c.block_size(),
                                                "num_blocks * block_size"));
     }
   }

@@ -9,9 +9,9 @@
 #include "msa/tensor.h"
 #include "msa/types.h"
 
-#define MSA_RETURN_IF_ERROR(expr)           \
-  do {                                      \
-    ::msa::Status msa_status_ = (expr);     \
+#define MSA_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::msa::Status msa_status_ = (expr);        \
     if (!msa_status_.ok()) return msa_status_; \
   } while (0)
 

@@ -41,8 +41,7 @@ __device__ __forceinline__ void store_from_float(void* p, DType t, int64_t i, fl
       static_cast<__half*>(p)[i] = __float2half_rn(x);
       break;
     case DType::kE4M3:
-      static_cast<__nv_fp8_storage_t*>(p)[i] =
-          __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+      static_cast<__nv_fp8_storage_t*>(p)[i] = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
       break;
     default:
       static_cast<float*>(p)[i] = x;

@@ -54,9 +54,9 @@ class TestTensor {
   std::vector<uint8_t>& host_bytes() { return host_; }
   const std::vector<uint8_t>& host_bytes() const { return host_; }
 
-  void upload();          // host mirror -> device
-  void download();        // device -> host mirror
-  void poison_device();   // device storage <- 0xFF bytes (NaN for floats, -1 for ints)
+  void upload();         // host mirror -> device
+  void download();       // device -> host mirror
+  void poison_device();  // device storage <- 0xFF bytes (NaN for floats, -1 for ints)
 
   // Fills the host mirror with uniform values in [lo, hi) (rounded to the dtype).
   void fill_uniform(std::mt19937_64& rng, double lo, double hi);
@@ -84,8 +84,8 @@ Device test_device();
 }  // namespace msa
 
 // Skips the current test with a message when the binary's device cannot run kernels.
-#define MSA_REQUIRE_TEST_DEVICE()                                                    \
-  do {                                                                               \
-    if (!::msa::test::device_usable(::msa::test::test_device()))                    \
-      GTEST_SKIP() << "no usable CUDA device: CUDA tests skipped";                   \
+#define MSA_REQUIRE_TEST_DEVICE()                                  \
+  do {                                                             \
+    if (!::msa::test::device_usable(::msa::test::test_device()))   \
+      GTEST_SKIP() << "no usable CUDA device: CUDA tests skipped"; \
   } while (0)
