@@ -19,7 +19,11 @@ ctest --test-dir "$BUILD_DIR" -L cpu --output-on-failure -j "$JOBS" --timeout 90
 # (scripts/gpu_check.sh runs them on the GPU machine, which has torch).
 if python3 -c "import torch" >/dev/null 2>&1; then
   python3 -m pip install -q wheel pytest >/dev/null
-  MAX_JOBS=$JOBS python3 -m pip install -q --no-build-isolation --no-deps ./python
+  # The extension's CUDA backend follows the C++ build's choice (off unless MSA_WITH_CUDA=ON).
+  py_cuda=0
+  [ "${MSA_WITH_CUDA:-OFF}" = "ON" ] && py_cuda=1
+  MSA_WITH_CUDA=$py_cuda MAX_JOBS=$JOBS python3 -m pip install -q --no-build-isolation --no-deps \
+    ./python
   python3 -m pytest -q tests/python
 else
   echo "python tests: SKIPPED (torch is not installed; pip install torch to run them)"
