@@ -6,15 +6,22 @@
 // row are read once per CTA, not once per head. Operands go from global memory straight into
 // MMA fragments (see the layout note in sparse_attention_kernels.cuh): no shared-memory staging,
 // no CTA barriers in the main loop, and each warp is an independent online softmax over every
-// fourth 16-key subtile, so 4 independent load streams per CTA hide latency.
+// fourth 16-key subtile. The kernel is latency-bound, so it is written for memory-level
+// parallelism: the prologue issues the top-k ids, Q and the row metadata loads together (then
+// the dependent block-table loads), and each warp double-buffers its subtiles in registers, the
+// K, V and scale loads of its next subtile in flight while it computes the current one.
+// Subtiles past the row's position (the tail of its own block, always last in the ascending
+// list) are cut from the range up front instead of being skipped inside the loop.
 //
 // Split-K: a row has at most topk_width * block_size / 16 subtiles (128 at top-16, block 128).
 // When rows * KV heads * head chunks gives fewer than ~2 CTAs per SM (small decode batches),
 // that range is cut into `splits` equal pieces (a multiple of 4 subtiles each) computed from
-// shapes only; each split writes a normalised partial and its log2-sum-exp to the workspace, and
-// a merge kernel combines them in ascending split order. Grids depend only on shapes, so CUDA
-// graphs replay correctly when the batch contents change, and the reduction order is fixed, so
-// results are bitwise repeatable.
+// shapes only, with the total CTA count kept within ~2 per SM (one resident wave); each split
+// writes a normalised partial and its log2-sum-exp to the workspace, and a merge kernel
+// combines them in ascending split order (split LSEs fetched in parallel, partial outputs in
+// unrolled batches). Grids depend only on shapes, so CUDA graphs replay correctly when the
+// batch contents change, and the reduction order is fixed (blocks ascending within a split,
+// warps and splits merged in fixed order), so results are bitwise repeatable.
 //
 // Numerics (documented deviations from the fp32 CPU reference): Q is rounded to the MMA type
 // (bf16, or f16 for an f16 cache), fp8 K/V are dequantised (value * scale) and rounded to bf16,
@@ -63,7 +70,10 @@ AttnPlan plan(const AttnProblem& pb) {
   const int64_t ctas = pb.rows() * pb.kv_heads() * pb.head_chunks();
   p.subtiles_per_split = max_sub;
   if (ctas == 0 || ctas >= kAttnCtasWanted || max_sub <= kAttnWarps) return p;
-  const int64_t want = (kAttnCtasWanted + ctas - 1) / ctas;
+  // Rounded down: total CTAs stay within one resident wave (a second partial wave would double
+  // the latency chain of the whole call).
+  const int64_t want = kAttnCtasWanted / ctas;
+  if (want <= 1) return p;
   int64_t per = (max_sub + want - 1) / want;
   per = (per + kAttnWarps - 1) / kAttnWarps * kAttnWarps;
   p.subtiles_per_split = per;
@@ -224,8 +234,10 @@ Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
   MSA_RETURN_IF_ERROR(launch_status("sparse_attention_kernel"));
   if (p.splits == 1) return Status::Ok();
   const dim3 merge_grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.q_heads()));
-  sparse_attention_merge_kernel<<<merge_grid, static_cast<unsigned>(pb.head_dim()), 0,
-                                  cuda_stream>>>(prm, static_cast<int>(pb.head_dim()));
+  // splits <= kAttnCtasWanted (see plan), so the split LSEs fit the default shared memory.
+  sparse_attention_merge_kernel<<<merge_grid, static_cast<unsigned>(pb.head_dim()),
+                                  static_cast<size_t>(p.splits) * sizeof(float), cuda_stream>>>(
+      prm, static_cast<int>(pb.head_dim()));
   return launch_status("sparse_attention_merge_kernel");
 }
 

@@ -166,6 +166,45 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int split = blockIdx.z;
   const int head0 = kvh * prm.group + hc * kAttnHeads;
   const int nh = min(kAttnHeads, prm.group - hc * kAttnHeads);
+  // Every load that does not depend on another is issued first (the top-k ids, Q, the row's
+  // sequence length), so the prologue costs one memory round trip plus the block-table one.
+  constexpr int kTkPer = kMaxTopkWidth / kAttnThreads;
+  constexpr int kQItems = kSteps * 32 / kAttnThreads;
+  static_assert(kQItems * kAttnThreads == kSteps * 32, "Q fragments per thread");
+  const int W = prm.topk_width;
+  int32_t tk[kTkPer];
+#pragma unroll
+  for (int r = 0; r < kTkPer; ++r) {
+    const int e = tid + r * kAttnThreads;
+    // In bounds for every row < T (topk is [Hkv, >= T, W]); padding rows ignore the value.
+    tk[r] = e < W ? __ldg(prm.topk + kvh * prm.tk_stride_head + row * prm.tk_stride_row +
+                          e * prm.tk_stride_col)
+                  : -1;
+  }
+  const float k_layer = prm.scale_mode == KvScaleMode::kPerLayer ? __ldg(prm.k_scale) : 1.0f;
+  const float v_layer = prm.scale_mode == KvScaleMode::kPerLayer ? __ldg(prm.v_scale) : 1.0f;
+  // Q, converted once to the MMA element type; heads past the group are zero rows.
+  float qv[kQItems][2][4];
+#pragma unroll
+  for (int it = 0; it < kQItems; ++it) {
+    const int i = tid + it * kAttnThreads;
+    const int kk = i >> 5, ln = i & 31;
+    const int gg = ln >> 2, cc = ln & 3;
+    const int d0 = 32 * (kk >> 1) + 8 * cc + 4 * (kk & 1);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int hh = gg + 8 * r;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        qv[it][r][e] =
+            hh < nh
+                ? load_as_float(prm.q, prm.q_dtype,
+                                row * prm.q_stride_row + (head0 + hh) * prm.q_stride_head + d0 + e)
+                : 0.0f;
+      }
+    }
+  }
+
   // One CTA per (row, KV head) reports bad values, so a bad entry costs one atomic.
   int32_t* flags = (split == 0 && hc == 0) ? prm.error_flags : nullptr;
   const RowInfo info = resolve_row(prm.rows, row, (tid == 0 && kvh == 0) ? flags : nullptr);
@@ -174,14 +213,16 @@ __global__ void __launch_bounds__(kAttnThreads)
   const bool live = info.req >= 0 && pos >= 0;
   const int64_t bs = prm.rows.block_size;
   const int64_t own = live ? pos / bs : -1;
-  const int W = prm.topk_width;
 
   // The row's selection as a set: ids beyond the visible blocks or with a bad page are skipped
   // (and reported), duplicates count once, and the list is sorted ascending (spec A5 order).
-  for (int e = tid; e < W; e += kAttnThreads) {
+#pragma unroll
+  for (int r = 0; r < kTkPer; ++r) {
+    const int e = tid + r * kAttnThreads;
+    if (e >= W) continue;
     int32_t id = -1, page = 0;
     if (live) {
-      id = prm.topk[kvh * prm.tk_stride_head + row * prm.tk_stride_row + e * prm.tk_stride_col];
+      id = tk[r];
       if (id > own) {
         raise_error(flags, kDeviceErrorTopkId);
         id = -1;
@@ -215,26 +256,12 @@ __global__ void __launch_bounds__(kAttnThreads)
   int n_sel = 0;
   for (int f = 0; f < W; ++f) n_sel += s_first[f];
 
-  // Q fragments, converted once to the MMA element type; heads past the group are zero rows.
-  for (int i = tid; i < kSteps * 32; i += kAttnThreads) {
-    const int kk = i >> 5, ln = i & 31;
-    const int gg = ln >> 2, cc = ln & 3;
-    const int d0 = 32 * (kk >> 1) + 8 * cc + 4 * (kk & 1);
-    float v[2][4];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int hh = gg + 8 * r;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        v[r][e] = hh < nh ? load_as_float(
-                                prm.q, prm.q_dtype,
-                                row * prm.q_stride_row + (head0 + hh) * prm.q_stride_head + d0 + e)
-                          : 0.0f;
-      }
-    }
-    q_frag[kk][ln] =
-        make_uint4(pack2<kHalfMma>(v[0][0], v[0][1]), pack2<kHalfMma>(v[1][0], v[1][1]),
-                   pack2<kHalfMma>(v[0][2], v[0][3]), pack2<kHalfMma>(v[1][2], v[1][3]));
+  for (int it = 0; it < kQItems; ++it) {
+    const int i = tid + it * kAttnThreads;
+    q_frag[i >> 5][i & 31] = make_uint4(
+        pack2<kHalfMma>(qv[it][0][0], qv[it][0][1]), pack2<kHalfMma>(qv[it][1][0], qv[it][1][1]),
+        pack2<kHalfMma>(qv[it][0][2], qv[it][0][3]), pack2<kHalfMma>(qv[it][1][2], qv[it][1][3]));
   }
   __syncthreads();
 
@@ -250,58 +277,77 @@ __global__ void __launch_bounds__(kAttnThreads)
   const CacheT* k_all = static_cast<const CacheT*>(prm.k);
   const CacheT* v_all = static_cast<const CacheT*>(prm.v);
   const int spb = static_cast<int>(bs / 16);
-  const int64_t n_sub = static_cast<int64_t>(n_sel) * spb;
+  // Subtiles past the row's position can only be the tail of its own block, which is the last
+  // (largest) id of the ascending list, so the visible subtiles are a prefix of the list.
+  int64_t n_valid = static_cast<int64_t>(n_sel) * spb;
+  if (n_sel > 0 && s_list_id[n_sel - 1] == own) {
+    n_valid = static_cast<int64_t>(n_sel - 1) * spb + (pos - own * bs) / 16 + 1;
+  }
   const int64_t sub_begin = static_cast<int64_t>(split) * prm.subtiles_per_split;
-  const int64_t sub_end = min(n_sub, sub_begin + prm.subtiles_per_split);
+  const int64_t sub_end = min(n_valid, sub_begin + prm.subtiles_per_split);
   const bool per_token = prm.scale_mode == KvScaleMode::kPerTokenHead;
-  const float k_layer = prm.scale_mode == KvScaleMode::kPerLayer ? __ldg(prm.k_scale) : 1.0f;
-  const float v_layer = prm.scale_mode == KvScaleMode::kPerLayer ? __ldg(prm.v_scale) : 1.0f;
 
-  for (int64_t i = sub_begin + warp; i < sub_end; i += kAttnWarps) {
+  // A subtile's raw K/V fragments and scales. The loop keeps the next subtile's loads in flight
+  // while it computes the current one (a register double buffer).
+  struct Tile {
+    Raw kr[2][kChunks];
+    Raw vr[4][kHalves];
+    float ksc[2];
+    float vsc[4];
+  };
+  auto load_tile = [&](int64_t i, Tile& t) {
     const int li = static_cast<int>(i / spb);
     const int off = static_cast<int>(i - static_cast<int64_t>(li) * spb) * 16;
-    const int64_t block = s_list_id[li];
     const int64_t page = s_list_page[li];
-    const int64_t j0 = block * bs + off;
-    if (j0 > pos) continue;  // past the row's position inside its own block (warp-uniform)
-
     const CacheT* kb = k_all + page * prm.k_stride_page + kvh * prm.k_stride_head;
     const CacheT* vb = v_all + page * prm.v_stride_page + kvh * prm.v_stride_head;
-    Raw kr[2][kChunks];
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       const int64_t key = off + nt * 8 + g;
 #pragma unroll
-      for (int t = 0; t < kChunks; ++t) {
-        kr[nt][t] =
-            __ldg(reinterpret_cast<const Raw*>(kb + key * prm.k_stride_tok + 32 * t + 8 * c));
+      for (int tt = 0; tt < kChunks; ++tt) {
+        t.kr[nt][tt] =
+            __ldg(reinterpret_cast<const Raw*>(kb + key * prm.k_stride_tok + 32 * tt + 8 * c));
       }
     }
-    Raw vr[4][kHalves];
 #pragma unroll
     for (int q4 = 0; q4 < 4; ++q4) {
       const int64_t key = off + 2 * c + (q4 & 1) + 8 * (q4 >> 1);
 #pragma unroll
       for (int vh = 0; vh < kHalves; ++vh) {
-        vr[q4][vh] =
+        t.vr[q4][vh] =
             __ldg(reinterpret_cast<const Raw*>(vb + key * prm.v_stride_tok + 64 * vh + 8 * g));
       }
     }
-    float ksc[2] = {k_layer, k_layer};
-    float vsc[4] = {v_layer, v_layer, v_layer, v_layer};
+    t.ksc[0] = t.ksc[1] = k_layer;
+    t.vsc[0] = t.vsc[1] = t.vsc[2] = t.vsc[3] = v_layer;
     if (per_token) {
       const int64_t slot0 = page * bs + off;
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
-        ksc[nt] =
+        t.ksc[nt] =
             scale_at(prm.k_scale, prm.ks_stride_head, prm.ks_stride_slot, kvh, slot0 + nt * 8 + g);
       }
 #pragma unroll
       for (int q4 = 0; q4 < 4; ++q4) {
-        vsc[q4] = scale_at(prm.v_scale, prm.vs_stride_head, prm.vs_stride_slot, kvh,
-                           slot0 + 2 * c + (q4 & 1) + 8 * (q4 >> 1));
+        t.vsc[q4] = scale_at(prm.v_scale, prm.vs_stride_head, prm.vs_stride_slot, kvh,
+                             slot0 + 2 * c + (q4 & 1) + 8 * (q4 >> 1));
       }
     }
+  };
+
+  Tile cur;
+  if (sub_begin + warp < sub_end) load_tile(sub_begin + warp, cur);
+  for (int64_t i = sub_begin + warp; i < sub_end; i += kAttnWarps) {
+    Tile nxt;
+    if (i + kAttnWarps < sub_end) load_tile(i + kAttnWarps, nxt);
+    const int li = static_cast<int>(i / spb);
+    const int off = static_cast<int>(i - static_cast<int64_t>(li) * spb) * 16;
+    const int64_t j0 = static_cast<int64_t>(s_list_id[li]) * bs + off;
+    const auto& kr = cur.kr;
+    const auto& vr = cur.vr;
+    const auto& ksc = cur.ksc;
+    const auto& vsc = cur.vsc;
 
     float s[2][4];
 #pragma unroll
@@ -376,6 +422,7 @@ __global__ void __launch_bounds__(kAttnThreads)
         mma_16816<kHalfMma>(acc[vh * 8 + nd], pa, b0, b1);
       }
     }
+    cur = nxt;
   }
 
   // Merge the 4 warps' partial softmax states in fixed warp order.
@@ -447,24 +494,33 @@ __global__ void __launch_bounds__(kAttnThreads)
 }
 
 // Combines the splits of one (row, q head) in ascending split order: out = sum_s w_s o_s / sum w,
-// w_s = 2^(lse_s - max lse). One thread per output dimension.
+// w_s = 2^(lse_s - max lse). One thread per output dimension (blockDim.x == head_dim); the split
+// LSEs are fetched in parallel into shared memory (dynamic, splits floats) and the partial
+// outputs in unrolled batches, so the merge costs a few memory round trips, not one per split.
 __global__ void sparse_attention_merge_kernel(const SparseAttnParams prm, int head_dim) {
+  extern __shared__ float s_part_lse[];
   const int64_t row = blockIdx.x;
   const int64_t head = blockIdx.y;
   const int d = threadIdx.x;
   const int64_t T = prm.rows.num_rows;
   const int64_t hq = prm.num_q_heads;
-  float m_all = -INFINITY;
-  for (int s = 0; s < prm.splits; ++s) {
-    m_all = fmaxf(m_all, prm.part_lse[(s * T + row) * hq + head]);
+  const int splits = prm.splits;
+  for (int s = d; s < splits; s += blockDim.x) {
+    s_part_lse[s] = prm.part_lse[(s * T + row) * hq + head];
   }
+  __syncthreads();
+  float m_all = -INFINITY;
+  for (int s = 0; s < splits; ++s) m_all = fmaxf(m_all, s_part_lse[s]);
   float o = 0.0f, lse = -INFINITY;
   if (m_all != -INFINITY) {
+    const float* po = prm.part_out + (row * hq + head) * head_dim + d;
+    const int64_t split_stride = T * hq * head_dim;
     float w_sum = 0.0f;
-    for (int s = 0; s < prm.splits; ++s) {
-      const float w = exp2f(prm.part_lse[(s * T + row) * hq + head] - m_all);
+#pragma unroll 16
+    for (int s = 0; s < splits; ++s) {
+      const float w = exp2f(s_part_lse[s] - m_all);
       w_sum += w;
-      if (d < head_dim) o += w * prm.part_out[((s * T + row) * hq + head) * head_dim + d];
+      o += w * po[s * split_stride];
     }
     o /= w_sum;
     lse = (m_all + log2f(w_sum)) * kLn2;
