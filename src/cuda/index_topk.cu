@@ -10,11 +10,18 @@
 //      query of the tile. blocks_per_cta shrinks (8 -> 1) until the grid has about 8 CTAs per SM,
 //      so small batches still spread the stream over the whole GPU. CTAs whose blocks no row
 //      can see exit at once. Block maxima go to a workspace buffer [H, T, max_blocks] fp32.
+//      Head dims that are a multiple of 64 (M3: 128) use index_score_mma_kernel instead: the same
+//      decomposition, but the dot products run on tensor cores (mma.sync m16n8k16 bf16 -> fp32;
+//      queries and keys, bf16 or e4m3, are converted to bf16 exactly, so the products are the
+//      exact fp32 ones), which keeps the kernel memory-bound with e4m3 keys and query_len > 1
+//      where the SIMT fp32 FMAs + conversions were the limit. Other head dims use the SIMT
+//      index_score_kernel.
 //   2. index_select_kernel, grid (T, H): exact radix selection of the min(topk, nvb) best keys
 //      (tier, score, lower id) and an ascending front-packed write, -1 padded.
 // Both kernels resolve rows through the same RowMap, so padding rows and rows of requests with
-// bad metadata are -1 everywhere. The scorer accumulates in fp32 in a fixed order (per lane in
-// dimension order, then a fixed xor butterfly over 8 lanes); results are bitwise repeatable.
+// bad metadata are -1 everywhere. The scorers accumulate in fp32 in a fixed order (SIMT: per
+// lane in dimension order, then a fixed xor butterfly over 8 lanes; MMA: fixed k-step order);
+// results are bitwise repeatable.
 #include <cstdint>
 #include <string>
 
@@ -105,6 +112,25 @@ void launch_score(const IndexScoreParams& prm, int upl, dim3 grid, cudaStream_t 
   }
 }
 
+// Tensor-core scorer, head dim a multiple of 64 (chunks = head_dim / 64, 1..4).
+template <typename CacheT>
+void launch_score_mma(const IndexScoreParams& prm, int chunks, dim3 grid, cudaStream_t stream) {
+  switch (chunks) {
+    case 1:
+      index_score_mma_kernel<CacheT, 1><<<grid, kScoreThreads, 0, stream>>>(prm);
+      break;
+    case 2:
+      index_score_mma_kernel<CacheT, 2><<<grid, kScoreThreads, 0, stream>>>(prm);
+      break;
+    case 3:
+      index_score_mma_kernel<CacheT, 3><<<grid, kScoreThreads, 0, stream>>>(prm);
+      break;
+    default:
+      index_score_mma_kernel<CacheT, 4><<<grid, kScoreThreads, 0, stream>>>(prm);
+      break;
+  }
+}
+
 Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
   MSA_RETURN_IF_ERROR(check_supported(pb));
   MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, score_buffer_bytes(pb)));
@@ -162,7 +188,15 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
     prm.error_flags = flags;
     const int upl = static_cast<int>((pb.head_dim() / 8 + 7) / 8);
     const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(chunks));
-    if (pb.index_cache.dtype == DType::kBF16) {
+    const bool bf16_keys = pb.index_cache.dtype == DType::kBF16;
+    if (pb.head_dim() % 64 == 0) {
+      const int dim_chunks = static_cast<int>(pb.head_dim() / 64);
+      if (bf16_keys) {
+        launch_score_mma<__nv_bfloat16>(prm, dim_chunks, grid, cuda_stream);
+      } else {
+        launch_score_mma<uint8_t>(prm, dim_chunks, grid, cuda_stream);
+      }
+    } else if (bf16_keys) {
       launch_score<__nv_bfloat16>(prm, upl, grid, cuda_stream);
     } else {
       launch_score<uint8_t>(prm, upl, grid, cuda_stream);

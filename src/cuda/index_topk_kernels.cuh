@@ -1,4 +1,5 @@
-// Device code of the indexer (spec A2-A4, A12): a streaming block-score kernel and a
+// Device code of the indexer (spec A2-A4, A12): streaming block-score kernels (SIMT, and a
+// tensor-core one for head dims multiple of 64) and a
 // deterministic radix top-k selection kernel. Launchers and the work decomposition rationale
 // are in index_topk.cu.
 #pragma once
@@ -200,6 +201,209 @@ __global__ void __launch_bounds__(kScoreThreads, 2) index_score_kernel(const Ind
         m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 8));
         m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 16));
         if (lane == (rh & 31)) atomicMax(&block_max[bl * nrh + rh], ordered_f32(m));
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
+      const int bl = i / nrh, rh = i - bl * nrh;
+      const int64_t row = row0 + rh / H;
+      const int64_t pos = info.pos_base + row;
+      const int64_t b = b0 + bl;
+      if (pos >= 0 && b <= pos / bs) {
+        prm.scores[((rh % H) * T + row) * max_blocks + b] = unordered_f32(block_max[i]);
+      }
+    }
+    row0 = row1;
+  }
+}
+
+// ---- Tensor-core scorer (head dim a multiple of 64) ----
+// Every accepted operand is exactly representable in bf16: index_q is bf16 or e4m3, the keys
+// bf16 or e4m3 (e4m3 -> f16 -> f32 -> bf16 is exact: 3-bit mantissa, exponents 2^-9..2^8). So
+// queries and keys go to bf16 without rounding, bf16 x bf16 products are exact in fp32, and
+// mma.sync m16n8k16 accumulates them in fp32: the same products as the SIMT kernel, summed in
+// another (fixed) order. The 16 keys of a tile are the M dimension, the (row, head) queries the N
+// dimension (8 per n-tile, up to 4), the head dim the K dimension. The dot product does not care
+// which dimension goes to which k slot as long as A and B agree, so each lane loads contiguous
+// key bytes: in a 64-dim chunk c, lane (g = lane / 4, t = lane % 4) loads dims
+// 64c + 32j + 8t + [0, 8) of keys g and g + 8 (j = 0, 1: one 16-byte bf16 / 8-byte e4m3 load
+// each, a warp instruction reads 64 contiguous bytes per key), and k-step s = 2j + h takes dims
+// 64c + 32j + 8t + 4h + [0, 4) into the lane's k slots {2t, 2t+1, 2t+8, 2t+9}. Queries sit in
+// shared memory as bf16 already in that fragment order, so a lane's B fragment is one
+// conflict-free 8-byte load.
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t v) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xFFFFu), __NV_E4M3);
+  const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(__half2(h)));
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+__device__ __forceinline__ void mma_bf16_m16n8k16(float* d, const uint32_t* a, uint2 b) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
+}
+
+__device__ __forceinline__ uint32_t raw_word(uint4 r, int i) {
+  return i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w;
+}
+
+// A fragment of k-step h (0, 1) of one 8-dim load per key row: {row g dims 0-1, row g+8 dims
+// 0-1, row g dims 2-3, row g+8 dims 2-3} of the 4 dims 4h + [0, 4).
+__device__ __forceinline__ void a_fragment(const uint4 (&r)[2], int h, uint32_t* a) {
+  a[0] = raw_word(r[0], 2 * h);
+  a[1] = raw_word(r[1], 2 * h);
+  a[2] = raw_word(r[0], 2 * h + 1);
+  a[3] = raw_word(r[1], 2 * h + 1);
+}
+
+__device__ __forceinline__ void a_fragment(const uint2 (&r)[2], int h, uint32_t* a) {
+  const uint32_t w0 = h == 0 ? r[0].x : r[0].y;
+  const uint32_t w1 = h == 0 ? r[1].x : r[1].y;
+  a[0] = e4m3x2_to_bf16x2(w0);
+  a[1] = e4m3x2_to_bf16x2(w1);
+  a[2] = e4m3x2_to_bf16x2(w0 >> 16);
+  a[3] = e4m3x2_to_bf16x2(w1 >> 16);
+}
+
+// Same decomposition as index_score_kernel (CTA = row tile x chunk of blocks, block maxima via
+// shared-memory atomicMax over ordered floats); a warp scores 16-key tiles with mma.sync.
+// CH = head_dim / 64.
+template <typename CacheT, int CH>
+__global__ void __launch_bounds__(kScoreThreads, 2)
+    index_score_mma_kernel(const IndexScoreParams prm) {
+  using Raw = typename IndexKeyLoad<CacheT>::Raw;
+  constexpr int kNTiles = kMaxScoreRowHeads / 8;
+  constexpr int Di = CH * 64;
+  __shared__ __align__(16) __nv_bfloat16 q_s[kMaxScoreRowHeads * kMaxIndexDim];
+  __shared__ uint32_t block_max[kMaxScoreBlocks * kMaxScoreRowHeads];
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+  const int H = prm.num_heads;
+  const int64_t bs = prm.rows.block_size;
+  const int64_t T = prm.rows.num_rows;
+  const int64_t max_blocks = prm.rows.max_blocks;
+  const int64_t tile_start = static_cast<int64_t>(blockIdx.x) * prm.rows_per_tile;
+  const int64_t tile_end = min(T, tile_start + prm.rows_per_tile);
+  const int64_t b0 = static_cast<int64_t>(blockIdx.y) * prm.blocks_per_cta;
+  const int tiles_per_block = static_cast<int>(bs / 16);
+  const CacheT* cache = static_cast<const CacheT*>(prm.cache);
+  const uint2* q_frag = reinterpret_cast<const uint2*>(q_s);
+
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    check_cu_seqlens(prm.rows, prm.error_flags);
+  }
+  for (int64_t row0 = tile_start; row0 < tile_end;) {
+    const RowInfo info = resolve_row(
+        prm.rows, row0, (threadIdx.x == 0 && blockIdx.y == 0) ? prm.error_flags : nullptr);
+    const int64_t row1 = min(info.seg_end, tile_end);
+    const int64_t max_pos = info.pos_base + row1 - 1;  // the segment's last row sees the most
+    if (info.req < 0 || max_pos < b0 * bs) {
+      row0 = row1;
+      continue;
+    }
+    const int nrh = static_cast<int>(row1 - row0) * H;
+    const int ntq = (nrh + 7) / 8;  // n-tiles of 8 query vectors (the padding ones are zero)
+    const int nblk = static_cast<int>(min(b0 + prm.blocks_per_cta, max_pos / bs + 1) - b0);
+
+    __syncthreads();  // the previous segment is done with q_s and block_max
+    for (int i = threadIdx.x; i < ntq * 8 * Di; i += kScoreThreads) {
+      const int rh = i / Di, d = i - rh * Di;
+      float v = 0.0f;
+      if (rh < nrh) {
+        const int64_t row = row0 + rh / H;
+        v = load_as_float(
+            prm.index_q, prm.q_dtype,
+            row * prm.q_stride_row + (rh % H) * prm.q_stride_head + d * prm.q_stride_dim);
+      }
+      // d = 64c + 32j + 8t + 4h + e -> fragment (n-tile, c, s = 2j + h), lane 4(rh % 8) + t, e.
+      const int c = d >> 6, dd = d & 63;
+      const int s = ((dd >> 5) << 1) | ((dd >> 2) & 1);
+      const int ln = (rh & 7) * 4 + ((dd >> 3) & 3);
+      q_s[((((rh >> 3) * CH + c) * 4 + s) * 32 + ln) * 4 + (dd & 3)] = __float2bfloat16_rn(v);
+    }
+    for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
+      block_max[i] = ordered_f32(-INFINITY);
+    }
+    __syncthreads();
+
+    const int ntiles = nblk * tiles_per_block;
+    for (int ti = warp; ti < ntiles; ti += kScoreWarps) {
+      const int bl = ti / tiles_per_block;
+      const int64_t b = b0 + bl;
+      const int64_t in_block = static_cast<int64_t>(ti - bl * tiles_per_block) * 16;
+      const int64_t key0 = b * bs + in_block;
+      if (key0 > max_pos) continue;  // warp-uniform: no row of the segment sees these keys
+      const int32_t page = prm.block_table[info.req * prm.bt_stride_req + b * prm.bt_stride_block];
+      if (page < 0 || page >= prm.num_cache_blocks) {
+        if (lane == 0 && in_block == 0) raise_error(prm.error_flags, kDeviceErrorBlockId);
+        continue;  // the block keeps score -inf
+      }
+      const CacheT* kbase =
+          cache + page * prm.cache_stride_page + (in_block + g) * prm.cache_stride_key + tq * 8;
+      Raw raw[CH][2][2];  // [chunk][j][key g, key g + 8]
+#pragma unroll
+      for (int c = 0; c < CH; ++c) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            raw[c][j][r] = __ldg(reinterpret_cast<const Raw*>(kbase + r * 8 * prm.cache_stride_key +
+                                                              c * 64 + j * 32));
+          }
+        }
+      }
+      float acc[kNTiles][4];
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+      }
+#pragma unroll
+      for (int c = 0; c < CH; ++c) {
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          uint32_t a[4];
+          a_fragment(raw[c][s >> 1], s & 1, a);
+#pragma unroll
+          for (int n = 0; n < kNTiles; ++n) {
+            if (n < ntq) {  // warp-uniform
+              mma_bf16_m16n8k16(acc[n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
+            }
+          }
+        }
+      }
+      // acc[n] = {key g x query 2t, key g x query 2t+1, key g+8 x query 2t, key g+8 x 2t+1}.
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n) {
+        if (n >= ntq) break;
+        const int rh0 = n * 8 + 2 * tq;
+        const int64_t pos0 = info.pos_base + row0 + rh0 / H;
+        const int64_t pos1 = info.pos_base + row0 + (rh0 + 1) / H;
+        const int64_t k_lo = key0 + g, k_hi = key0 + g + 8;
+        float m0 = -INFINITY, m1 = -INFINITY;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float v = acc[n][e];
+          if (isnan(v)) v = -1e30f;  // spec A12
+          const int64_t key = e < 2 ? k_lo : k_hi;
+          if ((e & 1) == 0) {
+            if (key <= pos0) m0 = fmaxf(m0, v);
+          } else {
+            if (key <= pos1) m1 = fmaxf(m1, v);
+          }
+        }
+#pragma unroll
+        for (int off = 4; off < 32; off <<= 1) {
+          m0 = fmaxf(m0, __shfl_xor_sync(0xFFFFFFFFu, m0, off));
+          m1 = fmaxf(m1, __shfl_xor_sync(0xFFFFFFFFu, m1, off));
+        }
+        if (g == 0) {
+          if (rh0 < nrh) atomicMax(&block_max[bl * nrh + rh0], ordered_f32(m0));
+          if (rh0 + 1 < nrh) atomicMax(&block_max[bl * nrh + rh0 + 1], ordered_f32(m1));
+        }
       }
     }
     __syncthreads();
