@@ -386,10 +386,10 @@ Status launch_dv(const DenseParams& p, int64_t num_kv_heads, Stream stream) {
   return launch<DV, 4>(p, num_kv_heads, stream);
 }
 
-// Splits per (row, KV head): enough CTAs to fill the GPU, each split at least
-// kMinTilesPerSplit tiles of the block table's key capacity. Shapes only.
-int split_count(const DenseAttentionArgs& args) {
-  const int64_t ctas = args.q.shape[0] * args.kv_cache.num_kv_heads();
+// Splits per (row, KV head) for a call with `rows` query rows: enough CTAs to fill the GPU, each
+// split at least kMinTilesPerSplit tiles of the block table's key capacity. Shapes only.
+int split_count(const DenseAttentionArgs& args, int64_t rows) {
+  const int64_t ctas = rows * args.kv_cache.num_kv_heads();
   if (ctas == 0 || ctas >= kTargetCtas) return 1;
   const int64_t max_tiles =
       (args.block_table.shape[1] * args.kv_cache.block_size() + kTileKeys - 1) / kTileKeys;
@@ -398,22 +398,39 @@ int split_count(const DenseAttentionArgs& args) {
   return static_cast<int>(std::min<int64_t>({by_fill, by_keys, kMaxSplits}));
 }
 
-size_t partial_o_bytes(const DenseAttentionArgs& args, int splits) {
-  return detail::align_up(static_cast<size_t>(splits) * static_cast<size_t>(args.q.shape[0]) *
+int split_count(const DenseAttentionArgs& args) { return split_count(args, args.q.shape[0]); }
+
+size_t partial_o_bytes(const DenseAttentionArgs& args, int splits, int64_t rows) {
+  return detail::align_up(static_cast<size_t>(splits) * static_cast<size_t>(rows) *
                           static_cast<size_t>(args.q.shape[1]) *
                           static_cast<size_t>(args.kv_cache.head_dim()) * sizeof(float));
 }
 
-size_t partial_ml_bytes(const DenseAttentionArgs& args, int splits) {
-  return detail::align_up(static_cast<size_t>(splits) * static_cast<size_t>(args.q.shape[0]) *
+size_t partial_o_bytes(const DenseAttentionArgs& args, int splits) {
+  return partial_o_bytes(args, splits, args.q.shape[0]);
+}
+
+size_t partial_ml_bytes(const DenseAttentionArgs& args, int splits, int64_t rows) {
+  return detail::align_up(static_cast<size_t>(splits) * static_cast<size_t>(rows) *
                           static_cast<size_t>(args.q.shape[1]) * 2 * sizeof(float));
 }
 
 }  // namespace
 
+// Fewer rows can mean more splits, so the workspace for a capacity of T rows is the largest need
+// of any call with T' <= T rows: sized once at capacity, it serves every smaller batch. Splits
+// only happen below kTargetCtas CTAs, which bounds the search.
 Status workspace_size(const DenseAttentionArgs& args, size_t* bytes) {
-  const int splits = split_count(args);
-  *bytes = splits == 1 ? 0 : partial_o_bytes(args, splits) + partial_ml_bytes(args, splits);
+  size_t need = 0;
+  const int64_t limit = std::min<int64_t>(args.q.shape[0], kTargetCtas);
+  for (int64_t rows = 1; rows <= limit; ++rows) {
+    const int splits = split_count(args, rows);
+    if (splits > 1) {
+      need = std::max(need,
+                      partial_o_bytes(args, splits, rows) + partial_ml_bytes(args, splits, rows));
+    }
+  }
+  *bytes = need;
   return Status::Ok();
 }
 

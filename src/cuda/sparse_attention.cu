@@ -27,6 +27,7 @@
 // (bf16, or f16 for an f16 cache), fp8 K/V are dequantised (value * scale) and rounded to bf16,
 // and the probabilities P are rounded to the MMA type before P.V; logits, the online softmax,
 // the accumulators and the merges are fp32.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -60,14 +61,17 @@ struct AttnProblem {
 };
 
 struct AttnPlan {
+  int64_t rows = 0;
   int64_t splits = 1;
   int64_t subtiles_per_split = 0;
 };
 
-AttnPlan plan(const AttnProblem& pb) {
+// The split plan of a call with `rows` query rows (shapes only).
+AttnPlan plan(const AttnProblem& pb, int64_t rows) {
   AttnPlan p;
+  p.rows = rows;
   const int64_t max_sub = pb.topk.shape[2] * (pb.kv.block_size() / 16);
-  const int64_t ctas = pb.rows() * pb.kv_heads() * pb.head_chunks();
+  const int64_t ctas = rows * pb.kv_heads() * pb.head_chunks();
   p.subtiles_per_split = max_sub;
   if (ctas == 0 || ctas >= kAttnCtasWanted || max_sub <= kAttnWarps) return p;
   // Rounded down: total CTAs stay within one resident wave (a second partial wave would double
@@ -81,16 +85,28 @@ AttnPlan plan(const AttnProblem& pb) {
   return p;
 }
 
+AttnPlan plan(const AttnProblem& pb) { return plan(pb, pb.rows()); }
+
 size_t partial_out_bytes(const AttnProblem& pb, const AttnPlan& p) {
-  return detail::align_up(static_cast<size_t>(p.splits * pb.rows() * pb.q_heads() * pb.head_dim()) *
+  return detail::align_up(static_cast<size_t>(p.splits * p.rows * pb.q_heads() * pb.head_dim()) *
                           sizeof(float));
 }
 
-size_t workspace_bytes(const AttnProblem& pb) {
-  const AttnPlan p = plan(pb);
+size_t plan_bytes(const AttnProblem& pb, const AttnPlan& p) {
   if (p.splits == 1) return 0;
   return partial_out_bytes(pb, p) +
-         detail::align_up(static_cast<size_t>(p.splits * pb.rows() * pb.q_heads()) * sizeof(float));
+         detail::align_up(static_cast<size_t>(p.splits * p.rows * pb.q_heads()) * sizeof(float));
+}
+
+// Fewer rows can mean more splits, so the workspace for a capacity of T rows is the largest need
+// of any call with T' <= T rows: a workspace sized once at capacity then serves every smaller
+// batch. Splits only happen below kAttnCtasWanted CTAs, which bounds the search.
+size_t workspace_bytes(const AttnProblem& pb) {
+  size_t bytes = 0;
+  const int64_t limit = std::min<int64_t>(pb.rows(), kAttnCtasWanted);
+  for (int64_t rows = 1; rows <= limit; ++rows)
+    bytes = std::max(bytes, plan_bytes(pb, plan(pb, rows)));
+  return bytes;
 }
 
 Status check_supported(const AttnProblem& pb) {
