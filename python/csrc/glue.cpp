@@ -57,8 +57,11 @@ msa::Device to_msa_device(const c10::Device& device) {
 
 msa::TensorView ViewFactory::operator()(const at::Tensor& t, const char* name) const {
   TORCH_CHECK_VALUE(t.defined(), name, ": undefined tensor");
-  TORCH_CHECK_VALUE(t.dim() <= msa::kMaxDims, name, ": ", t.dim(),
-                    " dimensions, msa takes at most ", msa::kMaxDims);
+  // Numbers go through std::to_string: stream-formatting integers inside this extension crashed
+  // on the GPU machine (libstdc++ locale state), see src/core/validate.cc.
+  TORCH_CHECK_VALUE(t.dim() <= msa::kMaxDims, name,
+                    ": " + std::to_string(t.dim()) + " dimensions, msa takes at most " +
+                        std::to_string(msa::kMaxDims));
   msa::TensorView v;
   v.dtype = to_msa_dtype(t.scalar_type(), name);
   v.ndim = static_cast<int>(t.dim());
@@ -94,8 +97,8 @@ msa::KvCacheView ViewFactory::kv_cache(const at::Tensor& cache,
     TORCH_CHECK_VALUE(view.ndim == 5, name,
                       ": expected the packed layout [num_blocks, Hkv, block_size, 2 * head_dim] "
                       "(4-D) or the split layout [num_blocks, 2, block_size, Hkv, head_dim] (5-D), "
-                      "got ",
-                      view.ndim, " dimensions");
+                      "got " +
+                          std::to_string(view.ndim) + " dimensions");
     throw_if_error(msa::make_split_kv_cache(view, &out), name);
   }
   const bool has_k = k_scale.has_value() && k_scale->defined();

@@ -18,8 +18,9 @@ namespace {
 using OptTensor = std::optional<at::Tensor>;
 
 msa::PreAttentionMode to_mode(int64_t mode) {
-  TORCH_CHECK_VALUE(mode >= 0 && mode <= 2, "mode: ", mode,
-                    ", expected 0 (dense), 1 (sparse) or 2 (skip_index)");
+  TORCH_CHECK_VALUE(mode >= 0 && mode <= 2, "mode: " + std::to_string(mode) +
+                                                ", expected 0 (dense), 1 (sparse) or 2 "
+                                                "(skip_index)");
   return static_cast<msa::PreAttentionMode>(mode);
 }
 

@@ -1,6 +1,6 @@
 #include "core/validate.h"
 
-#include <sstream>
+#include <string>
 
 namespace msa {
 namespace detail {
@@ -9,12 +9,16 @@ Status invalid(const std::string& msg) { return Status(StatusCode::kInvalidArgum
 Status out_of_range(const std::string& msg) { return Status(StatusCode::kOutOfRange, msg); }
 Status not_supported(const std::string& msg) { return Status(StatusCode::kNotSupported, msg); }
 
+// Plain string building, no iostreams: the library is also linked into Python extensions whose
+// process may hold another libstdc++'s locale state, and stream formatting crashed there (seen
+// with torch 2.11 on the GPU machine).
 std::string shape_string(const TensorView& t) {
-  std::ostringstream os;
-  os << '[';
-  for (int d = 0; d < t.ndim; ++d) os << (d ? ", " : "") << t.shape[d];
-  os << ']';
-  return os.str();
+  std::string out = "[";
+  for (int d = 0; d < t.ndim; ++d) {
+    if (d) out += ", ";
+    out += std::to_string(t.shape[d]);
+  }
+  return out + "]";
 }
 
 Status require_defined(const TensorView& t, const char* name) {
