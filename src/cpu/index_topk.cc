@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/backends.h"
+#include "core/index_topk_problem.h"
 #include "core/validate.h"
 #include "cpu/parallel.h"
 #include "msa/dtype.h"
@@ -20,18 +21,9 @@ namespace {
 
 // One call of either form, with the row layout resolved: decode rows have `query_len` rows
 // per request; prefill rows (query_len == 0) follow `cu_seqlens_q`.
-struct Problem {
-  IndexTopkParams params;
-  int query_len = 0;
-  TensorView index_q, index_cache, block_table, seq_lens, cu_seqlens_q, topk_out, error_flags;
-
-  int64_t num_rows() const { return index_q.shape[0]; }
-  int64_t num_heads() const { return index_q.shape[1]; }
-  int64_t head_dim() const { return index_q.shape[2]; }
-  int64_t num_requests() const { return seq_lens.shape[0]; }
-  int64_t block_size() const { return index_cache.shape[1]; }
-  int64_t num_blocks() const { return index_cache.shape[0]; }
-  int64_t max_blocks() const { return block_table.shape[1]; }
+// The shared problem plus host reads of its small int32 tensors (CPU tensors only).
+struct Problem : detail::IndexTopkProblem {
+  explicit Problem(const detail::IndexTopkProblem& pb) : detail::IndexTopkProblem(pb) {}
 
   int32_t seq_len(int64_t b) const { return seq_lens.ptr<int32_t>()[b * seq_lens.strides[0]]; }
   int32_t cu(int64_t b) const { return cu_seqlens_q.ptr<int32_t>()[b * cu_seqlens_q.strides[0]]; }
@@ -301,51 +293,24 @@ Status run_problem(const Problem& pb, Workspace workspace, Stream stream) {
   return Status::Ok();
 }
 
-Problem decode_problem(const IndexTopkDecodeArgs& a) {
-  Problem pb;
-  pb.params = a.params;
-  pb.query_len = a.query_len;
-  pb.index_q = a.index_q;
-  pb.index_cache = a.index_cache;
-  pb.block_table = a.block_table;
-  pb.seq_lens = a.seq_lens;
-  pb.topk_out = a.topk_out;
-  pb.error_flags = a.error_flags;
-  return pb;
-}
-
-Problem prefill_problem(const IndexTopkPrefillArgs& a) {
-  Problem pb;
-  pb.params = a.params;
-  pb.query_len = 0;
-  pb.index_q = a.index_q;
-  pb.index_cache = a.index_cache;
-  pb.block_table = a.block_table;
-  pb.seq_lens = a.seq_lens;
-  pb.cu_seqlens_q = a.cu_seqlens_q;
-  pb.topk_out = a.topk_out;
-  pb.error_flags = a.error_flags;
-  return pb;
-}
-
 }  // namespace
 
 Status workspace_size(const IndexTopkDecodeArgs& args, size_t* bytes) {
-  *bytes = workspace_bytes(decode_problem(args));
+  *bytes = workspace_bytes(Problem(detail::index_topk_problem(args)));
   return Status::Ok();
 }
 
 Status run(const IndexTopkDecodeArgs& args, Workspace workspace, Stream stream) {
-  return run_problem(decode_problem(args), workspace, stream);
+  return run_problem(Problem(detail::index_topk_problem(args)), workspace, stream);
 }
 
 Status workspace_size(const IndexTopkPrefillArgs& args, size_t* bytes) {
-  *bytes = workspace_bytes(prefill_problem(args));
+  *bytes = workspace_bytes(Problem(detail::index_topk_problem(args)));
   return Status::Ok();
 }
 
 Status run(const IndexTopkPrefillArgs& args, Workspace workspace, Stream stream) {
-  return run_problem(prefill_problem(args), workspace, stream);
+  return run_problem(Problem(detail::index_topk_problem(args)), workspace, stream);
 }
 
 }  // namespace cpu

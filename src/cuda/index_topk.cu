@@ -26,6 +26,7 @@
 #include <string>
 
 #include "core/backends.h"
+#include "core/index_topk_problem.h"
 #include "core/validate.h"
 #include "cuda/common.cuh"
 #include "cuda/index_topk_kernels.cuh"
@@ -36,27 +37,18 @@ namespace cuda {
 namespace {
 
 // Both forms, with the row layout resolved (query_len > 0: decode; else prefill).
-struct IndexProblem {
-  IndexTopkParams params;
-  int query_len = 0;
-  TensorView index_q, index_cache, block_table, seq_lens, cu_seqlens_q, topk_out, error_flags;
-
-  int64_t rows() const { return index_q.shape[0]; }
-  int64_t heads() const { return index_q.shape[1]; }
-  int64_t head_dim() const { return index_q.shape[2]; }
-  int64_t max_blocks() const { return block_table.shape[1]; }
-};
+using IndexProblem = detail::IndexTopkProblem;
 
 constexpr int64_t kScoreCtasWanted = 8 * 132;  // about 8 resident CTAs per H200 SM
 
 size_t score_buffer_bytes(const IndexProblem& pb) {
-  return detail::align_up(static_cast<size_t>(pb.heads() * pb.rows() * pb.max_blocks()) *
+  return detail::align_up(static_cast<size_t>(pb.num_heads() * pb.num_rows() * pb.max_blocks()) *
                           sizeof(float));
 }
 
 int rows_per_tile(const IndexProblem& pb) {
   if (pb.query_len > 0) return pb.query_len;
-  return static_cast<int>(kMaxScoreRowHeads / pb.heads());
+  return static_cast<int>(kMaxScoreRowHeads / pb.num_heads());
 }
 
 Status check_supported(const IndexProblem& pb) {
@@ -79,13 +71,13 @@ Status check_supported(const IndexProblem& pb) {
         "aligned to " +
         std::to_string(align) + " bytes and page/key strides multiple of 8");
   }
-  if (pb.query_len > 0 && pb.query_len * pb.heads() > kMaxScoreRowHeads) {
+  if (pb.query_len > 0 && pb.query_len * pb.num_heads() > kMaxScoreRowHeads) {
     return detail::not_supported(
-        "index_q: query_len * H_idx = " + std::to_string(pb.query_len * pb.heads()) +
+        "index_q: query_len * H_idx = " + std::to_string(pb.query_len * pb.num_heads()) +
         " above the CUDA indexer's 32 query vectors per request");
   }
-  if (pb.query_len == 0 && pb.heads() > kMaxScoreRowHeads) {
-    return detail::not_supported("index_q: " + std::to_string(pb.heads()) +
+  if (pb.query_len == 0 && pb.num_heads() > kMaxScoreRowHeads) {
+    return detail::not_supported("index_q: " + std::to_string(pb.num_heads()) +
                                  " index heads, the CUDA indexer supports at most 32");
   }
   if (pb.max_blocks() >= (int64_t{1} << 30)) {
@@ -134,7 +126,7 @@ void launch_score_mma(const IndexScoreParams& prm, int chunks, dim3 grid, cudaSt
 Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
   MSA_RETURN_IF_ERROR(check_supported(pb));
   MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, score_buffer_bytes(pb)));
-  const int64_t T = pb.rows();
+  const int64_t T = pb.num_rows();
   if (T == 0) return Status::Ok();
   const auto cuda_stream = static_cast<cudaStream_t>(stream.cuda_stream);
 
@@ -180,7 +172,7 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
     prm.bt_stride_req = pb.block_table.strides[0];
     prm.bt_stride_block = pb.block_table.strides[1];
     prm.rows = rows;
-    prm.num_heads = static_cast<int32_t>(pb.heads());
+    prm.num_heads = static_cast<int32_t>(pb.num_heads());
     prm.head_dim = static_cast<int32_t>(pb.head_dim());
     prm.rows_per_tile = rpt;
     prm.blocks_per_cta = bpc;
@@ -204,7 +196,7 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
     MSA_RETURN_IF_ERROR(launch_status("index_score_kernel"));
   }
 
-  if (T > 0x7FFFFFFF || pb.heads() > 65535) {
+  if (T > 0x7FFFFFFF || pb.num_heads() > 65535) {
     return detail::not_supported("index_topk: too many rows or heads for one CUDA grid");
   }
   IndexSelectParams sel;
@@ -218,56 +210,29 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
   sel.out_stride_row = pb.topk_out.strides[1];
   sel.out_stride_col = pb.topk_out.strides[2];
   sel.out_cols = pb.topk_out.shape[2];
-  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.heads()));
+  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.num_heads()));
   index_select_kernel<<<grid, kSelectThreads, 0, cuda_stream>>>(sel);
   return launch_status("index_select_kernel");
-}
-
-IndexProblem decode_problem(const IndexTopkDecodeArgs& a) {
-  IndexProblem pb;
-  pb.params = a.params;
-  pb.query_len = a.query_len;
-  pb.index_q = a.index_q;
-  pb.index_cache = a.index_cache;
-  pb.block_table = a.block_table;
-  pb.seq_lens = a.seq_lens;
-  pb.topk_out = a.topk_out;
-  pb.error_flags = a.error_flags;
-  return pb;
-}
-
-IndexProblem prefill_problem(const IndexTopkPrefillArgs& a) {
-  IndexProblem pb;
-  pb.params = a.params;
-  pb.query_len = 0;
-  pb.index_q = a.index_q;
-  pb.index_cache = a.index_cache;
-  pb.block_table = a.block_table;
-  pb.seq_lens = a.seq_lens;
-  pb.cu_seqlens_q = a.cu_seqlens_q;
-  pb.topk_out = a.topk_out;
-  pb.error_flags = a.error_flags;
-  return pb;
 }
 
 }  // namespace
 
 Status workspace_size(const IndexTopkDecodeArgs& args, size_t* bytes) {
-  *bytes = score_buffer_bytes(decode_problem(args));
+  *bytes = score_buffer_bytes(detail::index_topk_problem(args));
   return Status::Ok();
 }
 
 Status run(const IndexTopkDecodeArgs& args, Workspace workspace, Stream stream) {
-  return run_problem(decode_problem(args), workspace, stream);
+  return run_problem(detail::index_topk_problem(args), workspace, stream);
 }
 
 Status workspace_size(const IndexTopkPrefillArgs& args, size_t* bytes) {
-  *bytes = score_buffer_bytes(prefill_problem(args));
+  *bytes = score_buffer_bytes(detail::index_topk_problem(args));
   return Status::Ok();
 }
 
 Status run(const IndexTopkPrefillArgs& args, Workspace workspace, Stream stream) {
-  return run_problem(prefill_problem(args), workspace, stream);
+  return run_problem(detail::index_topk_problem(args), workspace, stream);
 }
 
 }  // namespace cuda
