@@ -4,7 +4,7 @@ against its byte floor and against two PyTorch peers, in one process on the same
 
 Shapes: MiniMax-M3 TP4 rank (Hq 16, Hkv 1, H_idx 1, head_dim 128, index_dim 128, block = page =
 128 tokens, top-16). Per configuration (context x batch x query length x uniform/ragged lengths
-x cache dtype) it times, each as a CUDA-graph replay with the L2 flushed (256 MiB write) before
+x cache dtype) it times, each as a CUDA-graph replay with the L2 flushed (256 MiB read) before
 every timed replay, CUDA events, warm-up, median over --iters replays:
 
   insert   msa.fused_qknorm_rope (sparse mode: q/k/index norm + RoPE, KV and index-K insert)
@@ -123,6 +123,9 @@ def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
                    help="skip the composite peer (compile) when less budget than this is left")
     p.add_argument("--iters", type=int, default=None, help="timed replays (default 30; tiny 5)")
     p.add_argument("--warmup", type=int, default=5, help="untimed replays before timing")
+    p.add_argument("--flush", default="read", choices=["read", "write"],
+                   help="how L2 is evicted before each timed replay: read a 256 MiB buffer "
+                   "(default) or write it (leaves dirty lines whose write-back slows the call)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--tiny", action="store_true", help="small grid (CPU testing / smoke run)")
     p.add_argument("--seed", type=int, default=1234)
@@ -207,13 +210,23 @@ def environment(args: argparse.Namespace, msa: Any) -> dict:
 
 class Timer:
     """Median time of fn. CUDA: graph capture of fn (falls back to eager launches if capture
-    fails), a 256 MiB write before every replay to flush the 60 MiB L2, CUDA events around the
+    fails), a 256 MiB read (or write, --flush) before every replay to evict the 60 MiB L2, CUDA events around the
     replay only. CPU: time.perf_counter around plain calls."""
 
-    def __init__(self, device: str, iters: int, warmup: int) -> None:
-        self.device, self.iters, self.warmup = device, iters, warmup
-        self.flush = (torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    def __init__(self, device: str, iters: int, warmup: int, flush: str = "read") -> None:
+        self.device, self.iters, self.warmup, self.flush_mode = device, iters, warmup, flush
+        self.flush = (torch.ones(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
                       if device == "cuda" else None)
+
+    def evict(self) -> None:
+        """Evicts L2 before a timed call. "read" (default) sums the buffer: L2 is left holding
+        clean lines of it, as after any unrelated kernel. "write" zeroes it, which leaves ~60 MiB
+        of dirty lines whose write-back then competes with the timed call for DRAM bandwidth
+        (it adds several us to small calls)."""
+        if self.flush_mode == "write":
+            self.flush.zero_()
+        else:
+            self.flush.sum(dtype=torch.int32)
 
     @staticmethod
     def capture(fn: Callable[[], Any]) -> torch.cuda.CUDAGraph:
@@ -252,13 +265,13 @@ class Timer:
                 pass
             graph, call, mode = None, fn, "eager"
         for _ in range(self.warmup):
-            self.flush.zero_()
+            self.evict()
             call()
         torch.cuda.synchronize()
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
         for s, e in zip(starts, ends):
-            self.flush.zero_()  # evicts L2; its ~65 us also hide the host's launch of call()
+            self.evict()  # its ~65 us also hide the host's launch of call()
             s.record()
             call()
             e.record()
@@ -850,8 +863,8 @@ def write_outputs(args: argparse.Namespace, env: dict, rows: list, extra: dict) 
     with open(tmp, "w") as f:
         json.dump(doc, f, indent=1, default=str)
     os.replace(tmp, os.path.join(args.out, "decode_bench.json"))
-    how = ("CUDA-graph replays (L2 flushed by a 256 MiB write before each, CUDA events around"
-           " the replay only)" if args.device == "cuda" else
+    how = (f"CUDA-graph replays (L2 flushed by a 256 MiB {args.flush} before each, CUDA events"
+           " around the replay only)" if args.device == "cuda" else
            "plain calls (CPU test path: time.perf_counter, no graphs, no L2 flush)")
     notes = NOTES.format(iters=args.iters, how=how, device=env.get("gpu", args.device),
                          comp_b=",".join(map(str, args.composite_batches_l)),
@@ -967,7 +980,7 @@ def main(argv: Optional[list] = None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     env = environment(args, msa)
     log(json.dumps(env, default=str))
-    timer = Timer(args.device, args.iters, args.warmup)
+    timer = Timer(args.device, args.iters, args.warmup, args.flush)
     rows: list = []
     errors: list = []
     extra: dict = {"errors": errors}

@@ -61,6 +61,25 @@ inline Status launch_status(const char* kernel) {
   return Status(StatusCode::kCudaError, std::string(kernel) + ": " + cudaGetErrorString(e));
 }
 
+// Launches `kernel` and returns the launch status named after it.
+template <typename... KArgs, typename... Args>
+Status launch_kernel(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                     cudaStream_t stream, const Args&... args) {
+  kernel<<<grid, block, smem, stream>>>(args...);
+  return launch_status(name);
+}
+
+// Multiprocessors of the current device (the launch policy's unit of parallelism).
+inline int device_sm_count() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
+    (void)cudaGetLastError();
+    return 132;  // H200; only reached when the runtime cannot answer, and then no launch works
+  }
+  return n;
+}
+
 // The cudaStream_t of an op call.
 inline cudaStream_t stream_of(const Stream& s) { return static_cast<cudaStream_t>(s.cuda_stream); }
 

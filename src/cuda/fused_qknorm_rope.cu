@@ -11,6 +11,7 @@
 // Bad values are flagged and skipped: a position beyond the rope table is treated like a
 // padding row (q_out / index_q_out zero, nothing else written); a slot beyond its cache skips
 // that insert.
+#include <algorithm>
 #include <initializer_list>
 #include <string>
 
@@ -579,36 +580,17 @@ Status launch(const FusedParams& p, int v, Stream stream) {
   const cudaStream_t st = stream_of(stream);
   constexpr int kThreads = kWarpsPerBlock * 32;
   if (v == 0) {
-    fused_qknorm_rope_general_kernel<T><<<blocks, kThreads, 0, st>>>(p);
-    return launch_status("fused_qknorm_rope_general_kernel");
+    return launch_kernel("fused_qknorm_rope_general_kernel", fused_qknorm_rope_general_kernel<T>,
+                         dim3(blocks), dim3(kThreads), 0, st, p);
   }
-  switch (v) {
-    case 1:
-      fused_qknorm_rope_kernel<T, 1><<<blocks, kThreads, 0, st>>>(p);
-      break;
-    case 2:
-      fused_qknorm_rope_kernel<T, 2><<<blocks, kThreads, 0, st>>>(p);
-      break;
-    case 3:
-      fused_qknorm_rope_kernel<T, 3><<<blocks, kThreads, 0, st>>>(p);
-      break;
-    case 4:
-      fused_qknorm_rope_kernel<T, 4><<<blocks, kThreads, 0, st>>>(p);
-      break;
-    case 5:
-      fused_qknorm_rope_kernel<T, 5><<<blocks, kThreads, 0, st>>>(p);
-      break;
-    case 6:
-      fused_qknorm_rope_kernel<T, 6><<<blocks, kThreads, 0, st>>>(p);
-      break;
-    case 7:
-      fused_qknorm_rope_kernel<T, 7><<<blocks, kThreads, 0, st>>>(p);
-      break;
-    default:
-      fused_qknorm_rope_kernel<T, 8><<<blocks, kThreads, 0, st>>>(p);
-      break;
-  }
-  return launch_status("fused_qknorm_rope_kernel");
+  // The kernel instantiation of each head_dim / 32.
+  void (*const kernels[8])(FusedParams) = {
+      fused_qknorm_rope_kernel<T, 1>, fused_qknorm_rope_kernel<T, 2>,
+      fused_qknorm_rope_kernel<T, 3>, fused_qknorm_rope_kernel<T, 4>,
+      fused_qknorm_rope_kernel<T, 5>, fused_qknorm_rope_kernel<T, 6>,
+      fused_qknorm_rope_kernel<T, 7>, fused_qknorm_rope_kernel<T, 8>};
+  return launch_kernel("fused_qknorm_rope_kernel", kernels[std::min(v, 8) - 1], dim3(blocks),
+                       dim3(kThreads), 0, st, p);
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 
 #include "core/backends.h"
 #include "core/index_topk_problem.h"
+#include "core/launch_policy.h"
 #include "core/validate.h"
 #include "cuda/common.cuh"
 #include "cuda/index_topk_kernels.cuh"
@@ -39,9 +40,11 @@ namespace {
 // Both forms, with the row layout resolved (query_len > 0: decode; else prefill).
 using IndexProblem = detail::IndexTopkProblem;
 
-constexpr int64_t kScoreCtasWanted = 8 * 132;  // about 8 resident CTAs per H200 SM
+static_assert(detail::kIndexMaxBlocksPerCta == kMaxScoreBlocks,
+              "the launch policy and the score kernels agree on blocks per CTA");
 
-size_t score_buffer_bytes(const IndexProblem& pb) {
+// Block maxima [H, T, max_blocks] fp32.
+size_t workspace_bytes(const IndexProblem& pb) {
   return detail::align_up(static_cast<size_t>(pb.num_heads() * pb.num_rows() * pb.max_blocks()) *
                           sizeof(float));
 }
@@ -87,47 +90,52 @@ Status check_supported(const IndexProblem& pb) {
 }
 
 template <typename CacheT>
-void launch_score(const IndexScoreParams& prm, int upl, dim3 grid, cudaStream_t stream) {
+Status launch_score(const IndexScoreParams& prm, int upl, dim3 grid, cudaStream_t stream) {
+  const dim3 block(kScoreThreads);
   switch (upl) {
     case 1:
-      index_score_kernel<CacheT, 1><<<grid, kScoreThreads, 0, stream>>>(prm);
-      break;
+      return launch_kernel("index_score_kernel", index_score_kernel<CacheT, 1>, grid, block, 0,
+                           stream, prm);
     case 2:
-      index_score_kernel<CacheT, 2><<<grid, kScoreThreads, 0, stream>>>(prm);
-      break;
+      return launch_kernel("index_score_kernel", index_score_kernel<CacheT, 2>, grid, block, 0,
+                           stream, prm);
     case 3:
-      index_score_kernel<CacheT, 3><<<grid, kScoreThreads, 0, stream>>>(prm);
-      break;
+      return launch_kernel("index_score_kernel", index_score_kernel<CacheT, 3>, grid, block, 0,
+                           stream, prm);
     default:
-      index_score_kernel<CacheT, 4><<<grid, kScoreThreads, 0, stream>>>(prm);
-      break;
+      return launch_kernel("index_score_kernel", index_score_kernel<CacheT, 4>, grid, block, 0,
+                           stream, prm);
   }
 }
 
 // Tensor-core scorer, head dim a multiple of 64 (chunks = head_dim / 64, 1..4).
 template <typename CacheT>
-void launch_score_mma(const IndexScoreParams& prm, int chunks, dim3 grid, cudaStream_t stream) {
+Status launch_score_mma(const IndexScoreParams& prm, int chunks, dim3 grid, cudaStream_t stream) {
+  const dim3 block(kScoreThreads);
   switch (chunks) {
     case 1:
-      index_score_mma_kernel<CacheT, 1><<<grid, kScoreThreads, 0, stream>>>(prm);
-      break;
+      return launch_kernel("index_score_mma_kernel", index_score_mma_kernel<CacheT, 1>, grid, block,
+                           0, stream, prm);
     case 2:
-      index_score_mma_kernel<CacheT, 2><<<grid, kScoreThreads, 0, stream>>>(prm);
-      break;
+      return launch_kernel("index_score_mma_kernel", index_score_mma_kernel<CacheT, 2>, grid, block,
+                           0, stream, prm);
     case 3:
-      index_score_mma_kernel<CacheT, 3><<<grid, kScoreThreads, 0, stream>>>(prm);
-      break;
+      return launch_kernel("index_score_mma_kernel", index_score_mma_kernel<CacheT, 3>, grid, block,
+                           0, stream, prm);
     default:
-      index_score_mma_kernel<CacheT, 4><<<grid, kScoreThreads, 0, stream>>>(prm);
-      break;
+      return launch_kernel("index_score_mma_kernel", index_score_mma_kernel<CacheT, 4>, grid, block,
+                           0, stream, prm);
   }
 }
 
 Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
   MSA_RETURN_IF_ERROR(check_supported(pb));
-  MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, score_buffer_bytes(pb)));
+  MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, workspace_bytes(pb)));
   const int64_t T = pb.num_rows();
   if (T == 0) return Status::Ok();
+  if (T > 0x7FFFFFFF || pb.num_heads() > 65535) {
+    return detail::not_supported("index_topk: too many rows or heads for one CUDA grid");
+  }
   const auto cuda_stream = static_cast<cudaStream_t>(stream.cuda_stream);
 
   RowMap rows;
@@ -145,18 +153,27 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
   int32_t* flags = pb.error_flags.defined() ? pb.error_flags.ptr<int32_t>() : nullptr;
   auto* scores = static_cast<float*>(workspace.data);
 
+  IndexSelectParams sel;
+  sel.scores = scores;
+  sel.rows = rows;
+  sel.topk = pb.params.topk;
+  sel.init_blocks = pb.params.init_blocks;
+  sel.local_blocks = pb.params.local_blocks;
+  sel.out = pb.topk_out.ptr<int32_t>();
+  sel.out_stride_head = pb.topk_out.strides[0];
+  sel.out_stride_row = pb.topk_out.strides[1];
+  sel.out_stride_col = pb.topk_out.strides[2];
+  sel.out_cols = pb.topk_out.shape[2];
+
   const int rpt = rows_per_tile(pb);
   const int64_t row_tiles = pb.query_len > 0 ? rows.num_requests : (T + rpt - 1) / rpt;
-  if (row_tiles > 0 && pb.max_blocks() > 0) {
-    int bpc = kMaxScoreBlocks;
-    while (bpc > 1 && row_tiles * ((pb.max_blocks() + bpc - 1) / bpc) < kScoreCtasWanted) {
-      bpc /= 2;
-    }
-    const int64_t chunks = (pb.max_blocks() + bpc - 1) / bpc;
-    if (row_tiles > 0x7FFFFFFF || chunks > 65535) {
+  const detail::IndexLaunchPlan plan =
+      detail::plan_index_launch(row_tiles, pb.max_blocks(), device_sm_count());
+  if (plan.chunks > 0) {
+    if (row_tiles > 0x7FFFFFFF || plan.chunks > 65535) {
       return detail::not_supported("index_topk: batch too large for one CUDA grid (" +
                                    std::to_string(row_tiles) + " row tiles x " +
-                                   std::to_string(chunks) + " block chunks)");
+                                   std::to_string(plan.chunks) + " block chunks)");
     }
     IndexScoreParams prm;
     prm.index_q = pb.index_q.data;
@@ -175,50 +192,31 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
     prm.num_heads = static_cast<int32_t>(pb.num_heads());
     prm.head_dim = static_cast<int32_t>(pb.head_dim());
     prm.rows_per_tile = rpt;
-    prm.blocks_per_cta = bpc;
+    prm.blocks_per_cta = plan.blocks_per_cta;
     prm.scores = scores;
     prm.error_flags = flags;
     const int upl = static_cast<int>((pb.head_dim() / 8 + 7) / 8);
-    const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(chunks));
+    const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(plan.chunks));
     const bool bf16_keys = pb.index_cache.dtype == DType::kBF16;
     if (pb.head_dim() % 64 == 0) {
       const int dim_chunks = static_cast<int>(pb.head_dim() / 64);
-      if (bf16_keys) {
-        launch_score_mma<__nv_bfloat16>(prm, dim_chunks, grid, cuda_stream);
-      } else {
-        launch_score_mma<uint8_t>(prm, dim_chunks, grid, cuda_stream);
-      }
-    } else if (bf16_keys) {
-      launch_score<__nv_bfloat16>(prm, upl, grid, cuda_stream);
+      MSA_RETURN_IF_ERROR(bf16_keys
+                              ? launch_score_mma<__nv_bfloat16>(prm, dim_chunks, grid, cuda_stream)
+                              : launch_score_mma<uint8_t>(prm, dim_chunks, grid, cuda_stream));
     } else {
-      launch_score<uint8_t>(prm, upl, grid, cuda_stream);
+      MSA_RETURN_IF_ERROR(bf16_keys ? launch_score<__nv_bfloat16>(prm, upl, grid, cuda_stream)
+                                    : launch_score<uint8_t>(prm, upl, grid, cuda_stream));
     }
-    MSA_RETURN_IF_ERROR(launch_status("index_score_kernel"));
   }
-
-  if (T > 0x7FFFFFFF || pb.num_heads() > 65535) {
-    return detail::not_supported("index_topk: too many rows or heads for one CUDA grid");
-  }
-  IndexSelectParams sel;
-  sel.scores = scores;
-  sel.rows = rows;
-  sel.topk = pb.params.topk;
-  sel.init_blocks = pb.params.init_blocks;
-  sel.local_blocks = pb.params.local_blocks;
-  sel.out = pb.topk_out.ptr<int32_t>();
-  sel.out_stride_head = pb.topk_out.strides[0];
-  sel.out_stride_row = pb.topk_out.strides[1];
-  sel.out_stride_col = pb.topk_out.strides[2];
-  sel.out_cols = pb.topk_out.shape[2];
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.num_heads()));
-  index_select_kernel<<<grid, kSelectThreads, 0, cuda_stream>>>(sel);
-  return launch_status("index_select_kernel");
+  return launch_kernel("index_select_kernel", index_select_kernel, grid, dim3(kSelectThreads), 0,
+                       cuda_stream, sel);
 }
 
 }  // namespace
 
 Status workspace_size(const IndexTopkDecodeArgs& args, size_t* bytes) {
-  *bytes = score_buffer_bytes(detail::index_topk_problem(args));
+  *bytes = workspace_bytes(detail::index_topk_problem(args));
   return Status::Ok();
 }
 
@@ -227,7 +225,7 @@ Status run(const IndexTopkDecodeArgs& args, Workspace workspace, Stream stream) 
 }
 
 Status workspace_size(const IndexTopkPrefillArgs& args, size_t* bytes) {
-  *bytes = score_buffer_bytes(detail::index_topk_problem(args));
+  *bytes = workspace_bytes(detail::index_topk_problem(args));
   return Status::Ok();
 }
 

@@ -18,9 +18,18 @@ namespace cuda {
 constexpr int kScoreThreads = 256;
 constexpr int kScoreWarps = kScoreThreads / 32;
 constexpr int kMaxScoreRowHeads = 32;  // (row, head) query vectors held by one score CTA
-constexpr int kMaxScoreBlocks = 8;     // blocks per score CTA
+constexpr int kMaxScoreBlocks = 32;    // blocks per score CTA
 constexpr int kMaxIndexDim = 256;
 constexpr int kSelectThreads = 256;
+
+struct IndexSelectParams {
+  const float* scores;  // [H, T, max_blocks]
+  RowMap rows;
+  int32_t topk, init_blocks, local_blocks;
+  int32_t* out;  // [H, >= T, out_cols]
+  int64_t out_stride_head, out_stride_row, out_stride_col;
+  int64_t out_cols;
+};
 
 struct IndexScoreParams {
   const void* index_q;  // [T, H, Di]
@@ -39,6 +48,149 @@ struct IndexScoreParams {
   float* scores;           // [H, T, max_blocks] block maxima; only visible blocks are written
   int32_t* error_flags;
 };
+
+// Total order of spec A3 as one 64-bit key: tier (init 2 > local 1 > scored 0) in bits 62-63,
+// the ordered score in bits 30-61 (forced tiers use 0, so they tie), and 0x3FFFFFFF - block in
+// bits 0-29 so that equal scores go to the lower block id. Keys are distinct per block.
+// Scores are read once per call (into registers), so they bypass L1 (ld.cg).
+__device__ __forceinline__ uint64_t selection_key(const float* scores, int64_t b, int64_t nvb,
+                                                  int32_t init_blocks, int32_t local_blocks) {
+  const uint64_t id_bits = 0x3FFFFFFFull - static_cast<uint64_t>(b);
+  if (b < init_blocks) return (2ull << 62) | id_bits;
+  if (b >= nvb - local_blocks) return (1ull << 62) | id_bits;
+  float s = __ldcg(scores + b);
+  if (isnan(s)) s = -1e30f;
+  if (s == 0.0f) s = 0.0f;  // -0 ties with +0
+  return (static_cast<uint64_t>(ordered_f32(s)) << 30) | id_bits;
+}
+
+// Keys a selecting thread keeps in registers: 256 threads x 16 = 4096 blocks (512K tokens at
+// block 128) are selected from registers; longer rows re-read their scores at every pass.
+constexpr int kSelectKeysPerThread = 16;
+
+struct SelectSmem {
+  uint32_t hist[256];
+  int32_t warp_sums[kSelectThreads / 32];
+  uint32_t digit, remaining, done;
+};
+
+// The kept blocks of one (row, head), written in ascending id order with -1 padding, by all
+// kSelectThreads threads of the calling CTA. The K-th largest key is found exactly by an 8-bit
+// radix descent (integer histogram counts are order-independent, hence deterministic); the kept
+// blocks are then written by a block-wide exclusive scan over contiguous per-thread ranges.
+// Every column of the output row is written.
+__device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64_t h,
+                                SelectSmem& sm) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t T = prm.rows.num_rows;
+  const int64_t max_blocks = prm.rows.max_blocks;
+
+  const RowInfo info = resolve_row(prm.rows, row, nullptr);
+  const int64_t pos = info.pos_base + row;
+  const int64_t nvb = (info.req >= 0 && pos >= 0) ? pos / prm.rows.block_size + 1 : 0;
+  const int64_t kept = min(static_cast<int64_t>(prm.topk), nvb);
+  const float* scores = prm.scores + (h * T + row) * max_blocks;
+  const int64_t per_thread = (nvb + kSelectThreads - 1) / kSelectThreads;
+  const int64_t begin = min(nvb, tid * per_thread), end = min(nvb, begin + per_thread);
+  const bool cached = per_thread <= kSelectKeysPerThread;
+  uint64_t keys[kSelectKeysPerThread];
+  if (cached) {
+#pragma unroll
+    for (int i = 0; i < kSelectKeysPerThread; ++i) {
+      keys[i] = begin + i < end
+                    ? selection_key(scores, begin + i, nvb, prm.init_blocks, prm.local_blocks)
+                    : 0;
+    }
+  }
+  // f(block, key) over this thread's range, from registers when they hold it.
+  auto for_each_key = [&](auto&& f) {
+    if (cached) {
+#pragma unroll
+      for (int i = 0; i < kSelectKeysPerThread; ++i) {
+        if (begin + i < end) f(begin + i, keys[i]);
+      }
+    } else {
+      for (int64_t b = begin; b < end; ++b) {
+        f(b, selection_key(scores, b, nvb, prm.init_blocks, prm.local_blocks));
+      }
+    }
+  };
+
+  uint64_t threshold = 0;  // keep every block with key >= threshold
+  if (nvb > kept) {
+    uint64_t prefix = 0, mask = 0;
+    uint32_t remaining = static_cast<uint32_t>(kept);
+    for (int shift = 56; shift >= 0; shift -= 8) {
+      sm.hist[tid] = 0;
+      __syncthreads();
+      for_each_key([&](int64_t, uint64_t key) {
+        if ((key & mask) == prefix) atomicAdd(&sm.hist[(key >> shift) & 0xFF], 1u);
+      });
+      __syncthreads();
+      if (warp == 0) {
+        // Lane l owns bins 255-8l down to 248-8l, so lane order is descending digit order.
+        uint32_t c[8], sum = 0;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          c[e] = sm.hist[255 - 8 * lane - e];
+          sum += c[e];
+        }
+        uint32_t incl = sum;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+          const uint32_t v = __shfl_up_sync(0xFFFFFFFFu, incl, off);
+          if (lane >= off) incl += v;
+        }
+        uint32_t above = incl - sum;
+        if (above < remaining && remaining <= incl) {
+          for (int e = 0; e < 8; ++e) {
+            if (above + c[e] >= remaining) {
+              sm.digit = 255 - 8 * lane - e;
+              sm.remaining = remaining - above;
+              sm.done = (c[e] == remaining - above) ? 1u : 0u;
+              break;
+            }
+            above += c[e];
+          }
+        }
+      }
+      __syncthreads();
+      prefix |= static_cast<uint64_t>(sm.digit) << shift;
+      mask |= 0xFFull << shift;
+      remaining = sm.remaining;
+      if (sm.done) break;
+    }
+    threshold = prefix;
+  }
+
+  int32_t count = 0;
+  for_each_key([&](int64_t, uint64_t key) { count += key >= threshold; });
+  int32_t incl = count;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const int32_t v = __shfl_up_sync(0xFFFFFFFFu, incl, off);
+    if (lane >= off) incl += v;
+  }
+  if (lane == 31) sm.warp_sums[warp] = incl;
+  __syncthreads();
+  int64_t offset = incl - count;
+  for (int w = 0; w < warp; ++w) offset += sm.warp_sums[w];
+
+  int32_t* out = prm.out + h * prm.out_stride_head + row * prm.out_stride_row;
+  for_each_key([&](int64_t b, uint64_t key) {
+    if (key >= threshold) out[offset++ * prm.out_stride_col] = static_cast<int32_t>(b);
+  });
+  for (int64_t c = kept + tid; c < prm.out_cols; c += kSelectThreads) {
+    out[c * prm.out_stride_col] = -1;
+  }
+  __syncthreads();  // warp_sums and hist are reused by the caller's next row
+}
+
+// One CTA per (row, head).
+__global__ void __launch_bounds__(kSelectThreads) index_select_kernel(const IndexSelectParams prm) {
+  __shared__ SelectSmem sm;
+  select_row_topk(prm, blockIdx.x, blockIdx.y, sm);
+}
 
 // 8 consecutive key elements -> floats. bf16 keys come as one 16-byte load, e4m3 as 8 bytes.
 __device__ __forceinline__ void key8_to_float(uint4 raw, float* f) {
@@ -89,6 +241,7 @@ __global__ void __launch_bounds__(kScoreThreads, 2) index_score_kernel(const Ind
   constexpr int kTileKeys = 4 * KPI;     // divides 16, hence every block size
   __shared__ __align__(16) float q_s[kMaxScoreRowHeads * kMaxIndexDim];
   __shared__ uint32_t block_max[kMaxScoreBlocks * kMaxScoreRowHeads];
+  __shared__ int32_t s_page[kMaxScoreBlocks];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int sub = lane & 7, grp = lane >> 3;
@@ -128,6 +281,9 @@ __global__ void __launch_bounds__(kScoreThreads, 2) index_score_kernel(const Ind
     for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
       block_max[i] = ordered_f32(-INFINITY);
     }
+    for (int i = threadIdx.x; i < nblk; i += kScoreThreads) {
+      s_page[i] = prm.block_table[info.req * prm.bt_stride_req + (b0 + i) * prm.bt_stride_block];
+    }
     __syncthreads();
 
     const int ntiles = nblk * tiles_per_block;
@@ -137,7 +293,7 @@ __global__ void __launch_bounds__(kScoreThreads, 2) index_score_kernel(const Ind
       const int64_t in_block = static_cast<int64_t>(ti - bl * tiles_per_block) * kTileKeys;
       const int64_t key0 = b * bs + in_block;
       if (key0 > max_pos) continue;  // warp-uniform: no row of the segment sees these keys
-      const int32_t page = prm.block_table[info.req * prm.bt_stride_req + b * prm.bt_stride_block];
+      const int32_t page = s_page[bl];
       if (page < 0 || page >= prm.num_cache_blocks) {
         if (lane == 0 && in_block == 0) raise_error(prm.error_flags, kDeviceErrorBlockId);
         continue;  // the block keeps score -inf
@@ -278,6 +434,7 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
   constexpr int Di = CH * 64;
   __shared__ __align__(16) __nv_bfloat16 q_s[kMaxScoreRowHeads * kMaxIndexDim];
   __shared__ uint32_t block_max[kMaxScoreBlocks * kMaxScoreRowHeads];
+  __shared__ int32_t s_page[kMaxScoreBlocks];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, tq = lane & 3;
@@ -327,23 +484,28 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
     for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
       block_max[i] = ordered_f32(-INFINITY);
     }
+    for (int i = threadIdx.x; i < nblk; i += kScoreThreads) {
+      s_page[i] = prm.block_table[info.req * prm.bt_stride_req + (b0 + i) * prm.bt_stride_block];
+    }
     __syncthreads();
 
     const int ntiles = nblk * tiles_per_block;
-    for (int ti = warp; ti < ntiles; ti += kScoreWarps) {
+    // A tile's key fragments, or false when the warp skips it (no row of the segment sees its
+    // keys, or its page id is bad: the block keeps score -inf). The loop below keeps the next
+    // tile's loads in flight while it multiplies the current one (a register double buffer).
+    using Frag = Raw[CH][2][2];  // [chunk][j][key g, key g + 8]
+    auto load_tile = [&](int ti, Frag& raw) -> bool {
+      if (ti >= ntiles) return false;
       const int bl = ti / tiles_per_block;
-      const int64_t b = b0 + bl;
       const int64_t in_block = static_cast<int64_t>(ti - bl * tiles_per_block) * 16;
-      const int64_t key0 = b * bs + in_block;
-      if (key0 > max_pos) continue;  // warp-uniform: no row of the segment sees these keys
-      const int32_t page = prm.block_table[info.req * prm.bt_stride_req + b * prm.bt_stride_block];
+      if ((b0 + bl) * bs + in_block > max_pos) return false;  // warp-uniform
+      const int32_t page = s_page[bl];
       if (page < 0 || page >= prm.num_cache_blocks) {
         if (lane == 0 && in_block == 0) raise_error(prm.error_flags, kDeviceErrorBlockId);
-        continue;  // the block keeps score -inf
+        return false;
       }
       const CacheT* kbase =
           cache + page * prm.cache_stride_page + (in_block + g) * prm.cache_stride_key + tq * 8;
-      Raw raw[CH][2][2];  // [chunk][j][key g, key g + 8]
 #pragma unroll
       for (int c = 0; c < CH; ++c) {
 #pragma unroll
@@ -355,54 +517,74 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
           }
         }
       }
-      float acc[kNTiles][4];
+      return true;
+    };
+    Frag raw;
+    bool have = load_tile(warp, raw);
+    for (int ti = warp; ti < ntiles; ti += kScoreWarps) {
+      Frag next;
+      const bool have_next = load_tile(ti + kScoreWarps, next);
+      const int bl = ti / tiles_per_block;
+      const int64_t key0 = (b0 + bl) * bs + static_cast<int64_t>(ti - bl * tiles_per_block) * 16;
+      if (have) {
+        float acc[kNTiles][4];
 #pragma unroll
-      for (int n = 0; n < kNTiles; ++n) {
+        for (int n = 0; n < kNTiles; ++n) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
-      }
+          for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+        }
 #pragma unroll
-      for (int c = 0; c < CH; ++c) {
+        for (int c = 0; c < CH; ++c) {
 #pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          uint32_t a[4];
-          a_fragment(raw[c][s >> 1], s & 1, a);
+          for (int s = 0; s < 4; ++s) {
+            uint32_t a[4];
+            a_fragment(raw[c][s >> 1], s & 1, a);
 #pragma unroll
-          for (int n = 0; n < kNTiles; ++n) {
-            if (n < ntq) {  // warp-uniform
-              mma_bf16_m16n8k16(acc[n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
+            for (int n = 0; n < kNTiles; ++n) {
+              if (n < ntq) {  // warp-uniform
+                mma_bf16_m16n8k16(acc[n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
+              }
             }
           }
         }
-      }
-      // acc[n] = {key g x query 2t, key g x query 2t+1, key g+8 x query 2t, key g+8 x 2t+1}.
+        // acc[n] = {key g x query 2t, key g x query 2t+1, key g+8 x query 2t, key g+8 x 2t+1}.
 #pragma unroll
-      for (int n = 0; n < kNTiles; ++n) {
-        if (n >= ntq) break;
-        const int rh0 = n * 8 + 2 * tq;
-        const int64_t pos0 = info.pos_base + row0 + rh0 / H;
-        const int64_t pos1 = info.pos_base + row0 + (rh0 + 1) / H;
-        const int64_t k_lo = key0 + g, k_hi = key0 + g + 8;
-        float m0 = -INFINITY, m1 = -INFINITY;
+        for (int n = 0; n < kNTiles; ++n) {
+          if (n >= ntq) break;
+          const int rh0 = n * 8 + 2 * tq;
+          const int64_t pos0 = info.pos_base + row0 + rh0 / H;
+          const int64_t pos1 = info.pos_base + row0 + (rh0 + 1) / H;
+          const int64_t k_lo = key0 + g, k_hi = key0 + g + 8;
+          float m0 = -INFINITY, m1 = -INFINITY;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float v = acc[n][e];
-          if (isnan(v)) v = -1e30f;  // spec A12
-          const int64_t key = e < 2 ? k_lo : k_hi;
-          if ((e & 1) == 0) {
-            if (key <= pos0) m0 = fmaxf(m0, v);
-          } else {
-            if (key <= pos1) m1 = fmaxf(m1, v);
+          for (int e = 0; e < 4; ++e) {
+            float v = acc[n][e];
+            if (isnan(v)) v = -1e30f;  // spec A12
+            const int64_t key = e < 2 ? k_lo : k_hi;
+            if ((e & 1) == 0) {
+              if (key <= pos0) m0 = fmaxf(m0, v);
+            } else {
+              if (key <= pos1) m1 = fmaxf(m1, v);
+            }
+          }
+#pragma unroll
+          for (int off = 4; off < 32; off <<= 1) {
+            m0 = fmaxf(m0, __shfl_xor_sync(0xFFFFFFFFu, m0, off));
+            m1 = fmaxf(m1, __shfl_xor_sync(0xFFFFFFFFu, m1, off));
+          }
+          if (g == 0) {
+            if (rh0 < nrh) atomicMax(&block_max[bl * nrh + rh0], ordered_f32(m0));
+            if (rh0 + 1 < nrh) atomicMax(&block_max[bl * nrh + rh0 + 1], ordered_f32(m1));
           }
         }
+      }
+      have = have_next;
 #pragma unroll
-        for (int off = 4; off < 32; off <<= 1) {
-          m0 = fmaxf(m0, __shfl_xor_sync(0xFFFFFFFFu, m0, off));
-          m1 = fmaxf(m1, __shfl_xor_sync(0xFFFFFFFFu, m1, off));
-        }
-        if (g == 0) {
-          if (rh0 < nrh) atomicMax(&block_max[bl * nrh + rh0], ordered_f32(m0));
-          if (rh0 + 1 < nrh) atomicMax(&block_max[bl * nrh + rh0 + 1], ordered_f32(m1));
+      for (int c = 0; c < CH; ++c) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) raw[c][j][r] = next[c][j][r];
         }
       }
     }
@@ -417,125 +599,6 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
       }
     }
     row0 = row1;
-  }
-}
-
-struct IndexSelectParams {
-  const float* scores;  // [H, T, max_blocks]
-  RowMap rows;
-  int32_t topk, init_blocks, local_blocks;
-  int32_t* out;  // [H, >= T, out_cols]
-  int64_t out_stride_head, out_stride_row, out_stride_col;
-  int64_t out_cols;
-};
-
-// Total order of spec A3 as one 64-bit key: tier (init 2 > local 1 > scored 0) in bits 62-63,
-// the ordered score in bits 30-61 (forced tiers use 0, so they tie), and 0x3FFFFFFF - block in
-// bits 0-29 so that equal scores go to the lower block id. Keys are distinct per block.
-__device__ __forceinline__ uint64_t selection_key(const float* scores, int64_t b, int64_t nvb,
-                                                  int32_t init_blocks, int32_t local_blocks) {
-  const uint64_t id_bits = 0x3FFFFFFFull - static_cast<uint64_t>(b);
-  if (b < init_blocks) return (2ull << 62) | id_bits;
-  if (b >= nvb - local_blocks) return (1ull << 62) | id_bits;
-  float s = scores[b];
-  if (isnan(s)) s = -1e30f;
-  if (s == 0.0f) s = 0.0f;  // -0 ties with +0
-  return (static_cast<uint64_t>(ordered_f32(s)) << 30) | id_bits;
-}
-
-// One CTA per (row, head). The K-th largest key is found exactly by an 8-bit radix descent
-// (integer histogram counts are order-independent, hence deterministic); the kept blocks are
-// then written in ascending id order by a block-wide exclusive scan over contiguous per-thread
-// ranges. Every column of the output row is written.
-__global__ void __launch_bounds__(kSelectThreads) index_select_kernel(const IndexSelectParams prm) {
-  __shared__ uint32_t hist[256];
-  __shared__ int32_t warp_sums[kSelectThreads / 32];
-  __shared__ uint32_t s_digit, s_remaining, s_done;
-  const int64_t row = blockIdx.x;
-  const int64_t h = blockIdx.y;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t T = prm.rows.num_rows;
-  const int64_t max_blocks = prm.rows.max_blocks;
-
-  const RowInfo info = resolve_row(prm.rows, row, nullptr);
-  const int64_t pos = info.pos_base + row;
-  const int64_t nvb = (info.req >= 0 && pos >= 0) ? pos / prm.rows.block_size + 1 : 0;
-  const int64_t kept = min(static_cast<int64_t>(prm.topk), nvb);
-  const float* scores = prm.scores + (h * T + row) * max_blocks;
-  const int64_t per_thread = (nvb + kSelectThreads - 1) / kSelectThreads;
-  const int64_t begin = min(nvb, tid * per_thread), end = min(nvb, begin + per_thread);
-
-  uint64_t threshold = 0;  // keep every block with key >= threshold
-  if (nvb > kept) {
-    uint64_t prefix = 0, mask = 0;
-    uint32_t remaining = static_cast<uint32_t>(kept);
-    for (int shift = 56; shift >= 0; shift -= 8) {
-      hist[tid] = 0;
-      __syncthreads();
-      for (int64_t b = begin; b < end; ++b) {
-        const uint64_t key = selection_key(scores, b, nvb, prm.init_blocks, prm.local_blocks);
-        if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], 1u);
-      }
-      __syncthreads();
-      if (warp == 0) {
-        // Lane l owns bins 255-8l down to 248-8l, so lane order is descending digit order.
-        uint32_t c[8], sum = 0;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          c[e] = hist[255 - 8 * lane - e];
-          sum += c[e];
-        }
-        uint32_t incl = sum;
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-          const uint32_t v = __shfl_up_sync(0xFFFFFFFFu, incl, off);
-          if (lane >= off) incl += v;
-        }
-        uint32_t above = incl - sum;
-        if (above < remaining && remaining <= incl) {
-          for (int e = 0; e < 8; ++e) {
-            if (above + c[e] >= remaining) {
-              s_digit = 255 - 8 * lane - e;
-              s_remaining = remaining - above;
-              s_done = (c[e] == remaining - above) ? 1u : 0u;
-              break;
-            }
-            above += c[e];
-          }
-        }
-      }
-      __syncthreads();
-      prefix |= static_cast<uint64_t>(s_digit) << shift;
-      mask |= 0xFFull << shift;
-      remaining = s_remaining;
-      if (s_done) break;
-    }
-    threshold = prefix;
-  }
-
-  int32_t count = 0;
-  for (int64_t b = begin; b < end; ++b) {
-    count += selection_key(scores, b, nvb, prm.init_blocks, prm.local_blocks) >= threshold;
-  }
-  int32_t incl = count;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const int32_t v = __shfl_up_sync(0xFFFFFFFFu, incl, off);
-    if (lane >= off) incl += v;
-  }
-  if (lane == 31) warp_sums[warp] = incl;
-  __syncthreads();
-  int64_t offset = incl - count;
-  for (int w = 0; w < warp; ++w) offset += warp_sums[w];
-
-  int32_t* out = prm.out + h * prm.out_stride_head + row * prm.out_stride_row;
-  for (int64_t b = begin; b < end; ++b) {
-    if (selection_key(scores, b, nvb, prm.init_blocks, prm.local_blocks) >= threshold) {
-      out[offset++ * prm.out_stride_col] = static_cast<int32_t>(b);
-    }
-  }
-  for (int64_t c = kept + tid; c < prm.out_cols; c += kSelectThreads) {
-    out[c * prm.out_stride_col] = -1;
   }
 }
 

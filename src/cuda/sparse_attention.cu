@@ -13,7 +13,8 @@
 // Subtiles past the row's position (the tail of its own block, always last in the ascending
 // list) are cut from the range up front instead of being skipped inside the loop.
 //
-// Split-K: a row has at most topk_width * block_size / 16 subtiles (128 at top-16, block 128).
+// Split-K (plan_attention_launch, core/launch_policy.h): a row has at most topk_width *
+// block_size / 16 subtiles (128 at top-16, block 128).
 // When rows * KV heads * head chunks gives fewer than ~2 CTAs per SM (small decode batches),
 // that range is cut into `splits` equal pieces (a multiple of 4 subtiles each) computed from
 // shapes only, with the total CTA count kept within ~2 per SM (one resident wave); each split
@@ -33,6 +34,7 @@
 #include <string>
 
 #include "core/backends.h"
+#include "core/launch_policy.h"
 #include "core/validate.h"
 #include "cuda/common.cuh"
 #include "cuda/sparse_attention_kernels.cuh"
@@ -41,8 +43,6 @@
 namespace msa {
 namespace cuda {
 namespace {
-
-constexpr int64_t kAttnCtasWanted = 2 * 132;  // about 2 resident CTAs per H200 SM
 
 // Both forms, with the row layout resolved (query_len > 0: decode; else prefill).
 struct AttnProblem {
@@ -58,34 +58,17 @@ struct AttnProblem {
   int64_t kv_heads() const { return kv.num_kv_heads(); }
   int64_t group() const { return q_heads() / kv_heads(); }
   int64_t head_chunks() const { return (group() + kAttnHeads - 1) / kAttnHeads; }
+  int64_t max_subtiles() const { return topk.shape[2] * (kv.block_size() / 16); }
 };
 
-struct AttnPlan {
-  int64_t rows = 0;
-  int64_t splits = 1;
-  int64_t subtiles_per_split = 0;
-};
+using AttnPlan = detail::AttnLaunchPlan;
+static_assert(detail::kAttnWarpsPerCta == kAttnWarps, "policy and kernel agree on warps");
 
 // The split plan of a call with `rows` query rows (shapes only).
-AttnPlan plan(const AttnProblem& pb, int64_t rows) {
-  AttnPlan p;
-  p.rows = rows;
-  const int64_t max_sub = pb.topk.shape[2] * (pb.kv.block_size() / 16);
-  const int64_t ctas = rows * pb.kv_heads() * pb.head_chunks();
-  p.subtiles_per_split = max_sub;
-  if (ctas == 0 || ctas >= kAttnCtasWanted || max_sub <= kAttnWarps) return p;
-  // Rounded down: total CTAs stay within one resident wave (a second partial wave would double
-  // the latency chain of the whole call).
-  const int64_t want = kAttnCtasWanted / ctas;
-  if (want <= 1) return p;
-  int64_t per = (max_sub + want - 1) / want;
-  per = (per + kAttnWarps - 1) / kAttnWarps * kAttnWarps;
-  p.subtiles_per_split = per;
-  p.splits = (max_sub + per - 1) / per;
-  return p;
+AttnPlan plan(const AttnProblem& pb, int64_t rows, int sms) {
+  return detail::plan_attention_launch(rows, pb.kv_heads() * pb.head_chunks(), pb.max_subtiles(),
+                                       sms);
 }
-
-AttnPlan plan(const AttnProblem& pb) { return plan(pb, pb.rows()); }
 
 size_t partial_out_bytes(const AttnProblem& pb, const AttnPlan& p) {
   return detail::align_up(static_cast<size_t>(p.splits * p.rows * pb.q_heads() * pb.head_dim()) *
@@ -100,12 +83,13 @@ size_t plan_bytes(const AttnProblem& pb, const AttnPlan& p) {
 
 // Fewer rows can mean more splits, so the workspace for a capacity of T rows is the largest need
 // of any call with T' <= T rows: a workspace sized once at capacity then serves every smaller
-// batch. Splits only happen below kAttnCtasWanted CTAs, which bounds the search.
+// batch. Splits only happen below the policy's CTA target, which bounds the search.
 size_t workspace_bytes(const AttnProblem& pb) {
+  const int sms = device_sm_count();
   size_t bytes = 0;
-  const int64_t limit = std::min<int64_t>(pb.rows(), kAttnCtasWanted);
+  const int64_t limit = std::min<int64_t>(pb.rows(), detail::kAttnCtasPerSm * sms);
   for (int64_t rows = 1; rows <= limit; ++rows)
-    bytes = std::max(bytes, plan_bytes(pb, plan(pb, rows)));
+    bytes = std::max(bytes, plan_bytes(pb, plan(pb, rows, sms)));
   return bytes;
 }
 
@@ -134,7 +118,7 @@ Status check_supported(const AttnProblem& pb) {
           std::to_string(align) + " bytes with page, head and token strides multiple of 8");
     }
   }
-  const AttnPlan p = plan(pb);
+  const AttnPlan p = plan(pb, pb.rows(), device_sm_count());
   if (pb.rows() > 0x7FFFFFFF || pb.kv_heads() * pb.head_chunks() > 65535 || p.splits > 65535 ||
       pb.q_heads() > 65535) {
     return detail::not_supported("sparse attention: batch too large for one CUDA grid");
@@ -158,7 +142,7 @@ Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
   const int64_t T = pb.rows();
   if (T == 0) return Status::Ok();
   const auto cuda_stream = static_cast<cudaStream_t>(stream.cuda_stream);
-  const AttnPlan p = plan(pb);
+  const AttnPlan p = plan(pb, pb.rows(), device_sm_count());
 
   SparseAttnParams prm;
   prm.q = pb.q.data;
@@ -250,7 +234,7 @@ Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
   MSA_RETURN_IF_ERROR(launch_status("sparse_attention_kernel"));
   if (p.splits == 1) return Status::Ok();
   const dim3 merge_grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.q_heads()));
-  // splits <= kAttnCtasWanted (see plan), so the split LSEs fit the default shared memory.
+  // splits <= kAttnMaxSplits (see plan), so the split LSEs fit the default shared memory.
   sparse_attention_merge_kernel<<<merge_grid, static_cast<unsigned>(pb.head_dim()),
                                   static_cast<size_t>(p.splits) * sizeof(float), cuda_stream>>>(
       prm, static_cast<int>(pb.head_dim()));

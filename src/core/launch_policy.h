@@ -1,0 +1,105 @@
+// Launch policy of the CUDA decode path as pure host functions of the problem's shape and the
+// device's SM count: how the indexer's blocks are cut among CTAs and how sparse attention is
+// split along its selected blocks. Nothing here
+// reads device memory or calls CUDA, so the decisions are unit-tested on the CPU (and the
+// exact-coverage helpers below are what the kernels compute from blockIdx).
+//
+// Grids depend on shapes and capacities only, never on the values in device tensors, so a
+// captured CUDA graph replays correctly when the batch contents change.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace msa {
+namespace detail {
+
+// ---- Indexer (index scores + top-k) ----
+
+// Resident score CTAs per SM (256 threads each; 8 fill an SM's 2048 threads).
+constexpr int64_t kIndexCtasPerSm = 8;
+// Blocks of one row tile a score CTA may own (its block maxima and page ids sit in shared memory).
+constexpr int kIndexMaxBlocksPerCta = 32;
+
+struct IndexLaunchPlan {
+  int64_t row_tiles = 0;   // grid.x: decode: one request; prefill: a tile of rows
+  int blocks_per_cta = 1;  // consecutive blocks of the tile owned by one CTA
+  int64_t chunks = 0;      // grid.y = ceil(max_blocks / blocks_per_cta)
+};
+
+// row_tiles x max_blocks block positions, cut into CTAs of blocks_per_cta consecutive blocks.
+// blocks_per_cta is the largest power of two (<= kIndexMaxBlocksPerCta) that still gives about
+// kIndexCtasPerSm CTAs per SM, so a small batch (batch 1 at 8K: 64 blocks) spreads its stream
+// over the whole GPU and a large one (batch 64 at 128K: 65536 blocks) pays the per-CTA prologue
+// (query load, page ids, barrier) once per 32 blocks. The top-k selection is a second kernel,
+// one CTA per (row, head): fusing it into the last score CTA of a row (completion counter) was
+// measured slower on the H200 at every batch size but the largest (bench/README.md).
+inline IndexLaunchPlan plan_index_launch(int64_t row_tiles, int64_t max_blocks, int sm_count) {
+  IndexLaunchPlan p;
+  p.row_tiles = row_tiles;
+  if (row_tiles <= 0 || max_blocks <= 0) return p;
+  const int64_t wanted = kIndexCtasPerSm * std::max(sm_count, 1);
+  int bpc = kIndexMaxBlocksPerCta;
+  while (bpc > 1 && row_tiles * ((max_blocks + bpc - 1) / bpc) < wanted) bpc /= 2;
+  p.blocks_per_cta = bpc;
+  p.chunks = (max_blocks + bpc - 1) / bpc;
+  return p;
+}
+
+// Blocks [begin, end) of a row tile owned by the CTA of chunk `chunk` (the kernels compute the
+// same from blockIdx.y); end is clipped to max_blocks.
+struct BlockRange {
+  int64_t begin = 0, end = 0;
+};
+inline BlockRange index_cta_blocks(const IndexLaunchPlan& p, int64_t chunk, int64_t max_blocks) {
+  const int64_t begin = chunk * p.blocks_per_cta;
+  return BlockRange{std::min(begin, max_blocks), std::min(begin + p.blocks_per_cta, max_blocks)};
+}
+
+// ---- Sparse attention (split-K over the selected blocks) ----
+
+// About two resident 128-thread attention CTAs per SM (about 230 registers per thread).
+constexpr int64_t kAttnCtasPerSm = 2;
+constexpr int64_t kAttnWarpsPerCta = 4;
+// Splits of one row (the merge kernel keeps their LSEs in shared memory).
+constexpr int64_t kAttnMaxSplits = 64;
+
+struct AttnLaunchPlan {
+  int64_t rows = 0;
+  int64_t splits = 1;              // grid.z; > 1: partials combined by a merge kernel
+  int64_t subtiles_per_split = 0;  // 16-key subtiles of the row's selected-block list per split
+};
+
+// A row has at most max_subtiles 16-key subtiles (topk_width * block_size / 16). When rows x KV
+// heads x head chunks gives fewer than kAttnCtasPerSm CTAs per SM (small decode batches), that
+// range is cut into equal splits (a multiple of 4 subtiles each, one per warp) so the total stays
+// within one resident wave (a second, partial wave would double the latency chain of the call),
+// and at most kAttnMaxSplits pieces; a merge kernel combines them.
+inline AttnLaunchPlan plan_attention_launch(int64_t rows, int64_t head_groups, int64_t max_subtiles,
+                                            int sm_count) {
+  AttnLaunchPlan p;
+  p.rows = rows;
+  p.subtiles_per_split = max_subtiles;
+  const int64_t wanted = kAttnCtasPerSm * std::max(sm_count, 1);
+  const int64_t ctas = rows * head_groups;
+  if (ctas == 0 || ctas >= wanted || max_subtiles <= kAttnWarpsPerCta) return p;
+  const int64_t want = wanted / ctas;
+  if (want <= 1) return p;
+  int64_t per = std::max((max_subtiles + want - 1) / want,
+                         (max_subtiles + kAttnMaxSplits - 1) / kAttnMaxSplits);
+  per = (per + kAttnWarpsPerCta - 1) / kAttnWarpsPerCta * kAttnWarpsPerCta;
+  p.subtiles_per_split = per;
+  p.splits = (max_subtiles + per - 1) / per;
+  return p;
+}
+
+// Subtiles [begin, end) of a row's list handled by split `split` (clipped to max_subtiles).
+inline BlockRange attention_split_subtiles(const AttnLaunchPlan& p, int64_t split,
+                                           int64_t max_subtiles) {
+  const int64_t begin = split * p.subtiles_per_split;
+  return BlockRange{std::min(begin, max_subtiles),
+                    std::min(begin + p.subtiles_per_split, max_subtiles)};
+}
+
+}  // namespace detail
+}  // namespace msa

@@ -1,0 +1,130 @@
+// The CUDA decode launch policy (core/launch_policy.h) as host functions: its decisions for the
+// benchmark's shapes on an H200 and on smaller GPUs, and exact coverage (every index block and
+// every attention subtile of every row owned by exactly one CTA) over a sweep of shapes.
+#include "core/launch_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace msa {
+namespace detail {
+namespace {
+
+constexpr int kH200Sms = 132;
+
+TEST(LaunchPolicy, IndexSpreadsSmallBatchesOverTheGpu) {
+  // Batch 1 at 8K (64 blocks): one block per CTA, every block its own CTA.
+  IndexLaunchPlan p = plan_index_launch(1, 64, kH200Sms);
+  EXPECT_EQ(p.blocks_per_cta, 1);
+  EXPECT_EQ(p.chunks, 64);
+  // Batch 1 at 128K (1024 blocks): still one block per CTA (1024 < 8 x 132).
+  p = plan_index_launch(1, 1024, kH200Sms);
+  EXPECT_EQ(p.blocks_per_cta, 1);
+  EXPECT_EQ(p.chunks, 1024);
+  // Batch 1 at 512K (4096 blocks): 2 blocks per CTA keeps >= 1056 CTAs.
+  p = plan_index_launch(1, 4096, kH200Sms);
+  EXPECT_EQ(p.blocks_per_cta, 2);
+  EXPECT_EQ(p.chunks, 2048);
+}
+
+TEST(LaunchPolicy, IndexAmortisesThePrologueOnLargeBatches) {
+  // Batch 64 at 128K: 65536 blocks; the largest CTA (32 blocks) still gives 2048 CTAs.
+  IndexLaunchPlan p = plan_index_launch(64, 1024, kH200Sms);
+  EXPECT_EQ(p.blocks_per_cta, kIndexMaxBlocksPerCta);
+  EXPECT_EQ(p.chunks, 32);
+  EXPECT_EQ(p.row_tiles * p.chunks, 2048);
+  // Batch 16 at 8K: 1024 blocks, below the 1056-CTA target even at one block per CTA.
+  p = plan_index_launch(16, 64, kH200Sms);
+  EXPECT_EQ(p.blocks_per_cta, 1);
+  // A smaller GPU needs fewer CTAs, so the CTAs grow.
+  const IndexLaunchPlan small = plan_index_launch(16, 1024, 16);
+  const IndexLaunchPlan big = plan_index_launch(16, 1024, kH200Sms);
+  EXPECT_GT(small.blocks_per_cta, big.blocks_per_cta);
+  EXPECT_GE(small.row_tiles * small.chunks, kIndexCtasPerSm * 16);
+}
+
+TEST(LaunchPolicy, IndexWithNothingToScoreLaunchesNoScoreGrid) {
+  const IndexLaunchPlan empty = plan_index_launch(4, 0, kH200Sms);
+  EXPECT_EQ(empty.chunks, 0);
+  EXPECT_EQ(plan_index_launch(0, 64, kH200Sms).chunks, 0);
+}
+
+TEST(LaunchPolicy, IndexCoversEveryBlockExactlyOnce) {
+  for (int sms : {1, 16, 132}) {
+    for (int64_t tiles : {1, 3, 16, 64, 257}) {
+      for (int64_t max_blocks : {1, 2, 7, 63, 64, 65, 1000, 1024, 4096}) {
+        const IndexLaunchPlan p = plan_index_launch(tiles, max_blocks, sms);
+        ASSERT_GE(p.blocks_per_cta, 1);
+        ASSERT_LE(p.blocks_per_cta, kIndexMaxBlocksPerCta);
+        std::vector<int> owners(static_cast<size_t>(max_blocks), 0);
+        for (int64_t c = 0; c < p.chunks; ++c) {
+          const BlockRange r = index_cta_blocks(p, c, max_blocks);
+          EXPECT_LT(r.begin, r.end) << "empty CTA " << c;
+          for (int64_t b = r.begin; b < r.end; ++b) ++owners[static_cast<size_t>(b)];
+        }
+        for (int64_t b = 0; b < max_blocks; ++b) {
+          ASSERT_EQ(owners[static_cast<size_t>(b)], 1)
+              << "block " << b << " tiles " << tiles << " max_blocks " << max_blocks << " sms "
+              << sms;
+        }
+      }
+    }
+  }
+}
+
+TEST(LaunchPolicy, AttentionSplitsSmallBatchesWithinOneWave) {
+  // M3 TP4 decode: 16 q heads on 1 KV head = 1 head group; top-16 of 128-token blocks = 128
+  // subtiles per row.
+  const int64_t sub = 16 * 128 / 16;
+  // Batch 1: 32 splits of 4 subtiles (one per warp) within the 264-CTA target.
+  AttnLaunchPlan p = plan_attention_launch(1, 1, sub, kH200Sms);
+  EXPECT_EQ(p.splits, 32);
+  EXPECT_EQ(p.subtiles_per_split, 4);
+  p = plan_attention_launch(16, 1, sub, kH200Sms);  // batch 16: 16 rows x 16 splits = 256 CTAs
+  EXPECT_EQ(p.splits, 16);
+  EXPECT_LE(p.rows * p.splits, kAttnCtasPerSm * kH200Sms);
+  p = plan_attention_launch(64, 1, sub, kH200Sms);  // batch 64: 4 splits of 32 subtiles
+  EXPECT_EQ(p.splits, 4);
+  EXPECT_EQ(p.subtiles_per_split, 32);
+  p = plan_attention_launch(256, 1, sub, kH200Sms);  // batch 64 x 4 speculative rows: no split
+  EXPECT_EQ(p.splits, 1);
+  EXPECT_EQ(p.subtiles_per_split, sub);
+  // Pieces are whole warps' worth of subtiles.
+  for (int64_t rows = 1; rows <= 300; ++rows) {
+    const AttnLaunchPlan q = plan_attention_launch(rows, 1, sub, kH200Sms);
+    EXPECT_LE(q.splits, kAttnMaxSplits) << rows;
+    if (q.splits > 1) {
+      EXPECT_EQ(q.subtiles_per_split % kAttnWarpsPerCta, 0) << rows;
+      EXPECT_LE(q.rows * q.splits, kAttnCtasPerSm * kH200Sms) << rows;
+    }
+  }
+}
+
+TEST(LaunchPolicy, AttentionCoversEverySubtileExactlyOnce) {
+  for (int sms : {1, 16, 132}) {
+    for (int64_t rows : {1, 2, 3, 5, 16, 64, 100, 264, 1000}) {
+      for (int64_t groups : {1, 2, 8}) {
+        for (int64_t sub : {1, 4, 8, 100, 128, 2048}) {
+          const AttnLaunchPlan p = plan_attention_launch(rows, groups, sub, sms);
+          ASSERT_GE(p.splits, 1);
+          std::vector<int> owners(static_cast<size_t>(sub), 0);
+          for (int64_t s = 0; s < p.splits; ++s) {
+            const BlockRange r = attention_split_subtiles(p, s, sub);
+            EXPECT_LT(r.begin, r.end) << "empty split " << s;
+            for (int64_t i = r.begin; i < r.end; ++i) ++owners[static_cast<size_t>(i)];
+          }
+          for (int64_t i = 0; i < sub; ++i) {
+            ASSERT_EQ(owners[static_cast<size_t>(i)], 1)
+                << "subtile " << i << " rows " << rows << " groups " << groups << " sms " << sms;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace detail
+}  // namespace msa
