@@ -7,15 +7,17 @@
 //      exactly once per call: a CTA owns one request's rows (decode: its query_len rows; prefill:
 //      a tile of up to 32 / H rows, split at request boundaries) and a chunk of blocks, streams
 //      the keys with 16-byte (bf16) / 8-byte (e4m3) loads, and dots each with every (row, head)
-//      query of the tile. blocks_per_cta shrinks (8 -> 1) until the grid has about 8 CTAs per SM,
-//      so small batches still spread the stream over the whole GPU. CTAs whose blocks no row
-//      can see exit at once. Block maxima go to a workspace buffer [H, T, max_blocks] fp32.
-//      Head dims that are a multiple of 64 (M3: 128) use index_score_mma_kernel instead: the same
-//      decomposition, but the dot products run on tensor cores (mma.sync m16n8k16 bf16 -> fp32;
-//      queries and keys, bf16 or e4m3, are converted to bf16 exactly, so the products are the
-//      exact fp32 ones), which keeps the kernel memory-bound with e4m3 keys and query_len > 1
-//      where the SIMT fp32 FMAs + conversions were the limit. Other head dims use the SIMT
-//      index_score_kernel.
+//      query of the tile. blocks_per_cta (plan_index_launch in core/launch_policy.h) shrinks
+//      from 32 to 1 until the grid has about 8 CTAs per SM, so small batches still spread the
+//      stream over the whole GPU. A CTA loads its blocks' page ids once with the queries, and
+//      each warp keeps the next 16-key tile's loads in flight while it multiplies the current
+//      one. CTAs whose blocks no row can see exit at once. Block maxima go to a workspace buffer
+//      [H, T, max_blocks] fp32. Head dims that are a multiple of 64 (M3: 128) use
+//      index_score_mma_kernel instead: the same decomposition, but the dot products run on tensor
+//      cores (mma.sync m16n8k16 bf16 -> fp32; queries and keys, bf16 or e4m3, are converted to bf16
+//      exactly, so the products are the exact fp32 ones), which keeps the kernel memory-bound with
+//      e4m3 keys and query_len > 1 where the SIMT fp32 FMAs + conversions were the limit. Other
+//      head dims use the SIMT index_score_kernel.
 //   2. index_select_kernel, grid (T, H): exact radix selection of the min(topk, nvb) best keys
 //      (tier, score, lower id) and an ascending front-packed write, -1 padded.
 // Both kernels resolve rows through the same RowMap, so padding rows and rows of requests with

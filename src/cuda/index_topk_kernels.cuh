@@ -493,7 +493,9 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
     // A tile's key fragments, or false when the warp skips it (no row of the segment sees its
     // keys, or its page id is bad: the block keeps score -inf). The loop below keeps the next
     // tile's loads in flight while it multiplies the current one (a register double buffer).
-    using Frag = Raw[CH][2][2];  // [chunk][j][key g, key g + 8]
+    struct Frag {
+      Raw r[CH][2][2];  // [chunk][j][key g, key g + 8]
+    };
     auto load_tile = [&](int ti, Frag& raw) -> bool {
       if (ti >= ntiles) return false;
       const int bl = ti / tiles_per_block;
@@ -512,8 +514,8 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
         for (int j = 0; j < 2; ++j) {
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            raw[c][j][r] = __ldg(reinterpret_cast<const Raw*>(kbase + r * 8 * prm.cache_stride_key +
-                                                              c * 64 + j * 32));
+            raw.r[c][j][r] = __ldg(reinterpret_cast<const Raw*>(
+                kbase + r * 8 * prm.cache_stride_key + c * 64 + j * 32));
           }
         }
       }
@@ -538,7 +540,7 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
 #pragma unroll
           for (int s = 0; s < 4; ++s) {
             uint32_t a[4];
-            a_fragment(raw[c][s >> 1], s & 1, a);
+            a_fragment(raw.r[c][s >> 1], s & 1, a);
 #pragma unroll
             for (int n = 0; n < kNTiles; ++n) {
               if (n < ntq) {  // warp-uniform
@@ -579,14 +581,7 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
         }
       }
       have = have_next;
-#pragma unroll
-      for (int c = 0; c < CH; ++c) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-#pragma unroll
-          for (int r = 0; r < 2; ++r) raw[c][j][r] = next[c][j][r];
-        }
-      }
+      raw = next;
     }
     __syncthreads();
     for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
