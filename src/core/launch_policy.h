@@ -16,8 +16,6 @@ namespace detail {
 
 // ---- Indexer (index scores + top-k) ----
 
-// Resident score CTAs per SM (256 threads each; 8 fill an SM's 2048 threads).
-constexpr int64_t kIndexCtasPerSm = 8;
 // Blocks of one row tile a score CTA may own (its block maxima and page ids sit in shared memory).
 constexpr int kIndexMaxBlocksPerCta = 32;
 
@@ -28,19 +26,25 @@ struct IndexLaunchPlan {
 };
 
 // row_tiles x max_blocks block positions, cut into CTAs of blocks_per_cta consecutive blocks.
-// blocks_per_cta is the largest power of two (<= kIndexMaxBlocksPerCta) that still gives about
-// kIndexCtasPerSm CTAs per SM, so a small batch (batch 1 at 8K: 64 blocks) spreads its stream
-// over the whole GPU and a large one (batch 64 at 128K: 65536 blocks) pays the per-CTA prologue
+// blocks_per_cta is the smallest power of two (<= kIndexMaxBlocksPerCta) whose grid fits in one
+// wave of resident CTAs (ctas_per_sm, the score kernel's occupancy, x sm_count): a small batch
+// (batch 1 at 8K: 64 blocks) spreads its stream over as many CTAs as can run at once, and no
+// call pays for a second, partial wave of short CTAs (at 2 resident CTAs per SM, one block per
+// CTA at 128K x 1 took 4 waves: 25 us against 15 us in one). Large batches (more blocks than a
+// wave can hold at 32 per CTA) stream in waves of 32-block CTAs, which pay the per-CTA prologue
 // (query load, page ids, barrier) once per 32 blocks. The top-k selection is a second kernel,
 // one CTA per (row, head): fusing it into the last score CTA of a row (completion counter) was
 // measured slower on the H200 at every batch size but the largest (bench/README.md).
-inline IndexLaunchPlan plan_index_launch(int64_t row_tiles, int64_t max_blocks, int sm_count) {
+inline IndexLaunchPlan plan_index_launch(int64_t row_tiles, int64_t max_blocks, int sm_count,
+                                         int ctas_per_sm) {
   IndexLaunchPlan p;
   p.row_tiles = row_tiles;
   if (row_tiles <= 0 || max_blocks <= 0) return p;
-  const int64_t wanted = kIndexCtasPerSm * std::max(sm_count, 1);
-  int bpc = kIndexMaxBlocksPerCta;
-  while (bpc > 1 && row_tiles * ((max_blocks + bpc - 1) / bpc) < wanted) bpc /= 2;
+  const int64_t wave = static_cast<int64_t>(std::max(ctas_per_sm, 1)) * std::max(sm_count, 1);
+  int bpc = 1;
+  while (bpc < kIndexMaxBlocksPerCta && row_tiles * ((max_blocks + bpc - 1) / bpc) > wave) {
+    bpc *= 2;
+  }
   p.blocks_per_cta = bpc;
   p.chunks = (max_blocks + bpc - 1) / bpc;
   return p;

@@ -31,6 +31,50 @@ __device__ __forceinline__ float load_as_float(const void* p, DType t, int64_t i
   }
 }
 
+// Loads elements idx[0..N) of a bf16/f16/e4m3/f32 buffer as floats. The dtype branch is taken
+// once and all N loads are issued before any is converted: load_as_float in a loop branches per
+// element and uses each value in the branch that loaded it, so a thread waits for every load
+// in turn (one memory round trip per element instead of one for all).
+template <int N>
+__device__ __forceinline__ void load_floats(const void* p, DType t, const int64_t (&idx)[N],
+                                            float (&out)[N]) {
+  switch (t) {
+    case DType::kBF16: {
+      __nv_bfloat16 r[N];
+#pragma unroll
+      for (int i = 0; i < N; ++i) r[i] = static_cast<const __nv_bfloat16*>(p)[idx[i]];
+#pragma unroll
+      for (int i = 0; i < N; ++i) out[i] = __bfloat162float(r[i]);
+      break;
+    }
+    case DType::kF16: {
+      __half r[N];
+#pragma unroll
+      for (int i = 0; i < N; ++i) r[i] = static_cast<const __half*>(p)[idx[i]];
+#pragma unroll
+      for (int i = 0; i < N; ++i) out[i] = __half2float(r[i]);
+      break;
+    }
+    case DType::kE4M3: {
+      __nv_fp8_storage_t r[N];
+#pragma unroll
+      for (int i = 0; i < N; ++i) r[i] = static_cast<const __nv_fp8_storage_t*>(p)[idx[i]];
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        __nv_fp8_e4m3 v;
+        v.__x = r[i];
+        out[i] = static_cast<float>(v);
+      }
+      break;
+    }
+    default: {
+#pragma unroll
+      for (int i = 0; i < N; ++i) out[i] = static_cast<const float*>(p)[idx[i]];
+      break;
+    }
+  }
+}
+
 // Stores x rounded to nearest even; e4m3 saturates to +-448 (NaN kept).
 __device__ __forceinline__ void store_from_float(void* p, DType t, int64_t i, float x) {
   switch (t) {

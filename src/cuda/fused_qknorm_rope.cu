@@ -192,27 +192,34 @@ __device__ __forceinline__ void norm_rope(const FusedParams& p, int which_w, int
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(p.head_dim) + p.eps);
-  const void* w = p.w[which_w];
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const float wi = load_as_float(w, p.w_dtype[which_w], (lane * V + i) * p.w_s0[which_w]);
-    x[i] = __fmul_rn(__fmul_rn(x[i], inv_rms), __fadd_rn(1.0f, wi));
-  }
   // The partner of dim d = lane * V + i is d +- half, held by lane +- half / V at the same i
-  // (the launcher requires half % V == 0). Every lane joins the shuffles.
+  // (the launcher requires half % V == 0). Every lane joins the shuffles. The weights and the
+  // cos/sin entries are loaded in one batch before use; lanes past the rotary dims load the
+  // entries of f = d % half (in bounds) and ignore them.
   const int half = p.rotary_dim / 2;
   const int first = lane * V;
   const bool rotated = first < p.rotary_dim;
   const bool low = first < half;
   const int partner = rotated ? (low ? lane + half / V : lane - half / V) : lane;
   const int64_t row = pos * p.cs_s0;
+  int64_t w_idx[V], cs_idx[2 * V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int f = (first + i) % half;
+    w_idx[i] = (first + i) * p.w_s0[which_w];
+    cs_idx[i] = row + f * p.cs_s1;
+    cs_idx[V + i] = row + (half + f) * p.cs_s1;
+  }
+  float wv[V], cs[2 * V];
+  load_floats<V>(p.w[which_w], p.w_dtype[which_w], w_idx, wv);
+  load_floats<2 * V>(p.cos_sin, p.cos_sin_dtype, cs_idx, cs);
+#pragma unroll
+  for (int i = 0; i < V; ++i) x[i] = __fmul_rn(__fmul_rn(x[i], inv_rms), __fadd_rn(1.0f, wv[i]));
 #pragma unroll
   for (int i = 0; i < V; ++i) {
     const float other = __shfl_sync(0xffffffffu, x[i], partner);
     if (rotated) {
-      const int f = (first + i) % half;
-      const float c = load_as_float(p.cos_sin, p.cos_sin_dtype, row + f * p.cs_s1);
-      const float s = load_as_float(p.cos_sin, p.cos_sin_dtype, row + (half + f) * p.cs_s1);
+      const float c = cs[i], s = cs[V + i];
       x[i] = low ? __fsub_rn(__fmul_rn(x[i], c), __fmul_rn(other, s))
                  : __fadd_rn(__fmul_rn(x[i], c), __fmul_rn(other, s));
     }

@@ -7,17 +7,18 @@
 //      exactly once per call: a CTA owns one request's rows (decode: its query_len rows; prefill:
 //      a tile of up to 32 / H rows, split at request boundaries) and a chunk of blocks, streams
 //      the keys with 16-byte (bf16) / 8-byte (e4m3) loads, and dots each with every (row, head)
-//      query of the tile. blocks_per_cta (plan_index_launch in core/launch_policy.h) shrinks
-//      from 32 to 1 until the grid has about 8 CTAs per SM, so small batches still spread the
-//      stream over the whole GPU. A CTA loads its blocks' page ids once with the queries, and
-//      each warp keeps the next 16-key tile's loads in flight while it multiplies the current
-//      one. CTAs whose blocks no row can see exit at once. Block maxima go to a workspace buffer
-//      [H, T, max_blocks] fp32. Head dims that are a multiple of 64 (M3: 128) use
-//      index_score_mma_kernel instead: the same decomposition, but the dot products run on tensor
-//      cores (mma.sync m16n8k16 bf16 -> fp32; queries and keys, bf16 or e4m3, are converted to bf16
-//      exactly, so the products are the exact fp32 ones), which keeps the kernel memory-bound with
-//      e4m3 keys and query_len > 1 where the SIMT fp32 FMAs + conversions were the limit. Other
-//      head dims use the SIMT index_score_kernel.
+//      query of the tile. blocks_per_cta (plan_index_launch in core/launch_policy.h) is the
+//      smallest that fits the grid in one wave of resident CTAs (the kernel's occupancy,
+//      queried at run time), so small batches spread the stream over the whole GPU without a
+//      partial second wave, and large ones stream in 32-block CTAs. A CTA loads its blocks' page
+//      ids once with the queries, and each warp keeps the next 16-key tile's loads in flight while
+//      it multiplies the current one. CTAs whose blocks no row can see exit at once. Block maxima
+//      go to a workspace buffer [H, T, max_blocks] fp32. Head dims that are a multiple of 64 (M3:
+//      128) use index_score_mma_kernel instead: the same decomposition, but the dot products run on
+//      tensor cores (mma.sync m16n8k16 bf16 -> fp32; queries and keys, bf16 or e4m3, are converted
+//      to bf16 exactly, so the products are the exact fp32 ones), which keeps the kernel
+//      memory-bound with e4m3 keys and query_len > 1 where the SIMT fp32 FMAs + conversions were
+//      the limit. Other head dims use the SIMT index_score_kernel.
 //   2. index_select_kernel, grid (T, H): exact radix selection of the min(topk, nvb) best keys
 //      (tier, score, lower id) and an ascending front-packed write, -1 padded.
 // Both kernels resolve rows through the same RowMap, so padding rows and rows of requests with
@@ -91,43 +92,57 @@ Status check_supported(const IndexProblem& pb) {
   return Status::Ok();
 }
 
+using ScoreKernel = void (*)(IndexScoreParams);
+
 template <typename CacheT>
-Status launch_score(const IndexScoreParams& prm, int upl, dim3 grid, cudaStream_t stream) {
-  const dim3 block(kScoreThreads);
+ScoreKernel simt_score_kernel(int upl) {
   switch (upl) {
     case 1:
-      return launch_kernel("index_score_kernel", index_score_kernel<CacheT, 1>, grid, block, 0,
-                           stream, prm);
+      return index_score_kernel<CacheT, 1>;
     case 2:
-      return launch_kernel("index_score_kernel", index_score_kernel<CacheT, 2>, grid, block, 0,
-                           stream, prm);
+      return index_score_kernel<CacheT, 2>;
     case 3:
-      return launch_kernel("index_score_kernel", index_score_kernel<CacheT, 3>, grid, block, 0,
-                           stream, prm);
+      return index_score_kernel<CacheT, 3>;
     default:
-      return launch_kernel("index_score_kernel", index_score_kernel<CacheT, 4>, grid, block, 0,
-                           stream, prm);
+      return index_score_kernel<CacheT, 4>;
   }
 }
 
 // Tensor-core scorer, head dim a multiple of 64 (chunks = head_dim / 64, 1..4).
 template <typename CacheT>
-Status launch_score_mma(const IndexScoreParams& prm, int chunks, dim3 grid, cudaStream_t stream) {
-  const dim3 block(kScoreThreads);
+ScoreKernel mma_score_kernel(int chunks) {
   switch (chunks) {
     case 1:
-      return launch_kernel("index_score_mma_kernel", index_score_mma_kernel<CacheT, 1>, grid, block,
-                           0, stream, prm);
+      return index_score_mma_kernel<CacheT, 1>;
     case 2:
-      return launch_kernel("index_score_mma_kernel", index_score_mma_kernel<CacheT, 2>, grid, block,
-                           0, stream, prm);
+      return index_score_mma_kernel<CacheT, 2>;
     case 3:
-      return launch_kernel("index_score_mma_kernel", index_score_mma_kernel<CacheT, 3>, grid, block,
-                           0, stream, prm);
+      return index_score_mma_kernel<CacheT, 3>;
     default:
-      return launch_kernel("index_score_mma_kernel", index_score_mma_kernel<CacheT, 4>, grid, block,
-                           0, stream, prm);
+      return index_score_mma_kernel<CacheT, 4>;
   }
+}
+
+// The score kernel of a problem: tensor cores for head dims multiple of 64, SIMT otherwise.
+ScoreKernel score_kernel(const IndexProblem& pb) {
+  const bool bf16_keys = pb.index_cache.dtype == DType::kBF16;
+  if (pb.head_dim() % 64 == 0) {
+    const int chunks = static_cast<int>(pb.head_dim() / 64);
+    return bf16_keys ? mma_score_kernel<__nv_bfloat16>(chunks) : mma_score_kernel<uint8_t>(chunks);
+  }
+  const int upl = static_cast<int>((pb.head_dim() / 8 + 7) / 8);
+  return bf16_keys ? simt_score_kernel<__nv_bfloat16>(upl) : simt_score_kernel<uint8_t>(upl);
+}
+
+// CTAs of `kernel` (kScoreThreads threads, static shared memory only) resident on one SM.
+int resident_ctas_per_sm(ScoreKernel kernel) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kScoreThreads, 0) != cudaSuccess ||
+      n < 1) {
+    (void)cudaGetLastError();  // the launch reports a real problem; plan for one CTA per SM
+    n = 1;
+  }
+  return n;
 }
 
 Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
@@ -169,8 +184,9 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
 
   const int rpt = rows_per_tile(pb);
   const int64_t row_tiles = pb.query_len > 0 ? rows.num_requests : (T + rpt - 1) / rpt;
-  const detail::IndexLaunchPlan plan =
-      detail::plan_index_launch(row_tiles, pb.max_blocks(), device_sm_count());
+  const ScoreKernel kernel = score_kernel(pb);
+  const detail::IndexLaunchPlan plan = detail::plan_index_launch(
+      row_tiles, pb.max_blocks(), device_sm_count(), resident_ctas_per_sm(kernel));
   if (plan.chunks > 0) {
     if (row_tiles > 0x7FFFFFFF || plan.chunks > 65535) {
       return detail::not_supported("index_topk: batch too large for one CUDA grid (" +
@@ -197,18 +213,10 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
     prm.blocks_per_cta = plan.blocks_per_cta;
     prm.scores = scores;
     prm.error_flags = flags;
-    const int upl = static_cast<int>((pb.head_dim() / 8 + 7) / 8);
     const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(plan.chunks));
-    const bool bf16_keys = pb.index_cache.dtype == DType::kBF16;
-    if (pb.head_dim() % 64 == 0) {
-      const int dim_chunks = static_cast<int>(pb.head_dim() / 64);
-      MSA_RETURN_IF_ERROR(bf16_keys
-                              ? launch_score_mma<__nv_bfloat16>(prm, dim_chunks, grid, cuda_stream)
-                              : launch_score_mma<uint8_t>(prm, dim_chunks, grid, cuda_stream));
-    } else {
-      MSA_RETURN_IF_ERROR(bf16_keys ? launch_score<__nv_bfloat16>(prm, upl, grid, cuda_stream)
-                                    : launch_score<uint8_t>(prm, upl, grid, cuda_stream));
-    }
+    MSA_RETURN_IF_ERROR(
+        launch_kernel(pb.head_dim() % 64 == 0 ? "index_score_mma_kernel" : "index_score_kernel",
+                      kernel, grid, dim3(kScoreThreads), 0, cuda_stream, prm));
   }
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.num_heads()));
   return launch_kernel("index_select_kernel", index_select_kernel, grid, dim3(kSelectThreads), 0,

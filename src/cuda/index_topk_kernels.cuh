@@ -52,24 +52,30 @@ struct IndexScoreParams {
 // Total order of spec A3 as one 64-bit key: tier (init 2 > local 1 > scored 0) in bits 62-63,
 // the ordered score in bits 30-61 (forced tiers use 0, so they tie), and 0x3FFFFFFF - block in
 // bits 0-29 so that equal scores go to the lower block id. Keys are distinct per block.
-// Scores are read once per call (into registers), so they bypass L1 (ld.cg).
-__device__ __forceinline__ uint64_t selection_key(const float* scores, int64_t b, int64_t nvb,
+// score_key is the key of a scored block; selection_key applies the tiers, which depend on the
+// row's visible block count nvb.
+__device__ __forceinline__ uint64_t score_key(float s, int64_t b) {
+  if (isnan(s)) s = -1e30f;
+  if (s == 0.0f) s = 0.0f;  // -0 ties with +0
+  return (static_cast<uint64_t>(ordered_f32(s)) << 30) | (0x3FFFFFFFull - static_cast<uint64_t>(b));
+}
+
+__device__ __forceinline__ uint64_t selection_key(uint64_t scored, int64_t b, int64_t nvb,
                                                   int32_t init_blocks, int32_t local_blocks) {
   const uint64_t id_bits = 0x3FFFFFFFull - static_cast<uint64_t>(b);
   if (b < init_blocks) return (2ull << 62) | id_bits;
   if (b >= nvb - local_blocks) return (1ull << 62) | id_bits;
-  float s = __ldcg(scores + b);
-  if (isnan(s)) s = -1e30f;
-  if (s == 0.0f) s = 0.0f;  // -0 ties with +0
-  return (static_cast<uint64_t>(ordered_f32(s)) << 30) | id_bits;
+  return scored;
 }
 
-// Keys a selecting thread keeps in registers: 256 threads x 16 = 4096 blocks (512K tokens at
-// block 128) are selected from registers; longer rows re-read their scores at every pass.
+// Keys a selecting thread keeps in registers: block tables of up to 256 x 16 = 4096 columns
+// (512K tokens at block 128) are selected from registers; wider ones re-read the row's scores
+// at every pass.
 constexpr int kSelectKeysPerThread = 16;
 
 struct SelectSmem {
-  uint32_t hist[256];
+  alignas(16)
+      uint32_t hist[2][256];  // pass p counts into hist[p & 1] while hist[(p + 1) & 1] is cleared
   int32_t warp_sums[kSelectThreads / 32];
   uint32_t digit, remaining, done;
 };
@@ -79,26 +85,42 @@ struct SelectSmem {
 // radix descent (integer histogram counts are order-independent, hence deterministic); the kept
 // blocks are then written by a block-wide exclusive scan over contiguous per-thread ranges.
 // Every column of the output row is written.
+//
+// Thread ranges cut the block-table capacity, not the row's visible blocks, so the score loads
+// (read once, into registers, bypassing L1) do not wait for the row's sequence length: both are
+// one round trip. Scores past the visible blocks are loaded and ignored (the workspace holds
+// max_blocks per row). A radix pass costs two CTA barriers.
 __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64_t h,
                                 SelectSmem& sm) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t T = prm.rows.num_rows;
   const int64_t max_blocks = prm.rows.max_blocks;
+  const float* scores = prm.scores + (h * T + row) * max_blocks;
+  const int64_t per_thread = (max_blocks + kSelectThreads - 1) / kSelectThreads;
+  const int64_t begin = min(max_blocks, tid * per_thread);
+  const bool cached = per_thread <= kSelectKeysPerThread;
+  // Unconditional loads (index clamped into the row), used only after all are issued.
+  float raw[kSelectKeysPerThread];
+  if (cached && max_blocks > 0) {
+#pragma unroll
+    for (int i = 0; i < kSelectKeysPerThread; ++i) {
+      raw[i] = __ldcg(scores + min(begin + i, max_blocks - 1));
+    }
+  }
+  sm.hist[0][tid] = 0;
 
   const RowInfo info = resolve_row(prm.rows, row, nullptr);
   const int64_t pos = info.pos_base + row;
   const int64_t nvb = (info.req >= 0 && pos >= 0) ? pos / prm.rows.block_size + 1 : 0;
   const int64_t kept = min(static_cast<int64_t>(prm.topk), nvb);
-  const float* scores = prm.scores + (h * T + row) * max_blocks;
-  const int64_t per_thread = (nvb + kSelectThreads - 1) / kSelectThreads;
-  const int64_t begin = min(nvb, tid * per_thread), end = min(nvb, begin + per_thread);
-  const bool cached = per_thread <= kSelectKeysPerThread;
+  const int64_t end = min(nvb, begin + per_thread);
   uint64_t keys[kSelectKeysPerThread];
   if (cached) {
 #pragma unroll
     for (int i = 0; i < kSelectKeysPerThread; ++i) {
-      keys[i] = begin + i < end
-                    ? selection_key(scores, begin + i, nvb, prm.init_blocks, prm.local_blocks)
+      const int64_t b = begin + i;
+      keys[i] = b < end
+                    ? selection_key(score_key(raw[i], b), b, nvb, prm.init_blocks, prm.local_blocks)
                     : 0;
     }
   }
@@ -111,7 +133,8 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
       }
     } else {
       for (int64_t b = begin; b < end; ++b) {
-        f(b, selection_key(scores, b, nvb, prm.init_blocks, prm.local_blocks));
+        f(b, selection_key(score_key(__ldcg(scores + b), b), b, nvb, prm.init_blocks,
+                           prm.local_blocks));
       }
     }
   };
@@ -120,21 +143,22 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
   if (nvb > kept) {
     uint64_t prefix = 0, mask = 0;
     uint32_t remaining = static_cast<uint32_t>(kept);
-    for (int shift = 56; shift >= 0; shift -= 8) {
-      sm.hist[tid] = 0;
-      __syncthreads();
+    __syncthreads();  // hist[0] is clear
+    for (int shift = 56, buf = 0; shift >= 0; shift -= 8, buf ^= 1) {
+      uint32_t* hist = sm.hist[buf];
       for_each_key([&](int64_t, uint64_t key) {
-        if ((key & mask) == prefix) atomicAdd(&sm.hist[(key >> shift) & 0xFF], 1u);
+        if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], 1u);
       });
       __syncthreads();
       if (warp == 0) {
-        // Lane l owns bins 255-8l down to 248-8l, so lane order is descending digit order.
-        uint32_t c[8], sum = 0;
+        // Lane l owns bins 255-8l down to 248-8l (two 16-byte reads), so lane order is
+        // descending digit order.
+        const uint4 lo = *reinterpret_cast<const uint4*>(hist + 248 - 8 * lane);
+        const uint4 hi = *reinterpret_cast<const uint4*>(hist + 252 - 8 * lane);
+        const uint32_t c[8] = {hi.w, hi.z, hi.y, hi.x, lo.w, lo.z, lo.y, lo.x};
+        uint32_t sum = 0;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          c[e] = sm.hist[255 - 8 * lane - e];
-          sum += c[e];
-        }
+        for (int e = 0; e < 8; ++e) sum += c[e];
         uint32_t incl = sum;
 #pragma unroll
         for (int off = 1; off < 32; off <<= 1) {
@@ -153,6 +177,9 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
             above += c[e];
           }
         }
+      } else {
+        sm.hist[buf ^ 1][tid - 32] = 0;
+        if (tid < 64) sm.hist[buf ^ 1][tid + 192] = 0;
       }
       __syncthreads();
       prefix |= static_cast<uint64_t>(sm.digit) << shift;
@@ -423,6 +450,52 @@ __device__ __forceinline__ void a_fragment(const uint2 (&r)[2], int h, uint32_t*
   a[3] = e4m3x2_to_bf16x2(w1 >> 16);
 }
 
+__device__ __forceinline__ float index_q_to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float index_q_to_float(uint8_t v) {
+  __nv_fp8_e4m3 f;
+  f.__x = v;
+  return static_cast<float>(f);
+}
+
+// The nrh (row, head) query vectors of the segment starting at row0 -> q_s as bf16 MMA
+// fragments, n-tiles padded with zero vectors. Element i = rh * Di + d goes to thread i % 256.
+// Loads are issued 4 at a time before any is used (indices clamped into the segment, padding
+// zeroed after), so a decode request's queries cost one round trip; a load used in the branch
+// that issued it would make the thread wait for each in turn.
+template <typename QT, int CH>
+__device__ __forceinline__ void fill_query_fragments(const IndexScoreParams& prm, int64_t row0,
+                                                     int nrh, __nv_bfloat16* q_s) {
+  constexpr int Di = CH * 64;
+  constexpr int kBatch = 4;
+  constexpr int kPerThread = kMaxScoreRowHeads * Di / kScoreThreads;
+  const QT* q = static_cast<const QT*>(prm.index_q);
+  const int H = prm.num_heads;
+  const int n = (nrh + 7) / 8 * 8 * Di;
+  for (int k0 = 0; k0 < kPerThread; k0 += kBatch) {
+    if (static_cast<int>(threadIdx.x) + k0 * kScoreThreads >= n) break;
+    QT raw[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int i = static_cast<int>(threadIdx.x) + (k0 + k) * kScoreThreads;
+      const int rh = min(i / Di, nrh - 1), d = i % Di;
+      raw[k] = q[(row0 + rh / H) * prm.q_stride_row + (rh % H) * prm.q_stride_head +
+                 d * prm.q_stride_dim];
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int i = static_cast<int>(threadIdx.x) + (k0 + k) * kScoreThreads;
+      if (i >= n) break;
+      const int rh = i / Di, d = i % Di;
+      const float v = rh < nrh ? index_q_to_float(raw[k]) : 0.0f;
+      // d = 64c + 32j + 8t + 4h + e -> fragment (n-tile, c, s = 2j + h), lane 4(rh % 8) + t, e.
+      const int c = d >> 6, dd = d & 63;
+      const int s = ((dd >> 5) << 1) | ((dd >> 2) & 1);
+      const int ln = (rh & 7) * 4 + ((dd >> 3) & 3);
+      q_s[((((rh >> 3) * CH + c) * 4 + s) * 32 + ln) * 4 + (dd & 3)] = __float2bfloat16_rn(v);
+    }
+  }
+}
+
 // Same decomposition as index_score_kernel (CTA = row tile x chunk of blocks, block maxima via
 // shared-memory atomicMax over ordered floats); a warp scores 16-key tiles with mma.sync.
 // CH = head_dim / 64.
@@ -431,7 +504,6 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
     index_score_mma_kernel(const IndexScoreParams prm) {
   using Raw = typename IndexKeyLoad<CacheT>::Raw;
   constexpr int kNTiles = kMaxScoreRowHeads / 8;
-  constexpr int Di = CH * 64;
   __shared__ __align__(16) __nv_bfloat16 q_s[kMaxScoreRowHeads * kMaxIndexDim];
   __shared__ uint32_t block_max[kMaxScoreBlocks * kMaxScoreRowHeads];
   __shared__ int32_t s_page[kMaxScoreBlocks];
@@ -449,6 +521,28 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
   const CacheT* cache = static_cast<const CacheT*>(prm.cache);
   const uint2* q_frag = reinterpret_cast<const uint2*>(q_s);
 
+  auto fill_queries = [&](int64_t row0, int nrh) {
+    if (prm.q_dtype == DType::kBF16) {
+      fill_query_fragments<__nv_bfloat16, CH>(prm, row0, nrh, q_s);
+    } else {
+      fill_query_fragments<uint8_t, CH>(prm, row0, nrh, q_s);
+    }
+  };
+  // Decode: the tile is request blockIdx.x with all of its rows, known without reading seq_lens,
+  // so its queries and this CTA's page ids (in bounds of the block-table row whatever the
+  // length) are loaded while the seq_lens load is in flight: one round trip instead of two.
+  const bool early =
+      prm.rows.cu_seqlens_q == nullptr && blockIdx.x < static_cast<unsigned>(prm.rows.num_requests);
+  if (early) {
+    const int32_t* len = prm.rows.seq_lens + blockIdx.x * prm.rows.seq_lens_stride;
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(len));
+    const int64_t b = b0 + threadIdx.x;
+    int32_t page = 0;
+    const bool has_page = static_cast<int>(threadIdx.x) < prm.blocks_per_cta && b < max_blocks;
+    if (has_page) page = prm.block_table[blockIdx.x * prm.bt_stride_req + b * prm.bt_stride_block];
+    fill_queries(tile_start, static_cast<int>(tile_end - tile_start) * H);
+    if (has_page) s_page[threadIdx.x] = page;
+  }
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
     check_cu_seqlens(prm.rows, prm.error_flags);
   }
@@ -466,26 +560,14 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
     const int nblk = static_cast<int>(min(b0 + prm.blocks_per_cta, max_pos / bs + 1) - b0);
 
     __syncthreads();  // the previous segment is done with q_s and block_max
-    for (int i = threadIdx.x; i < ntq * 8 * Di; i += kScoreThreads) {
-      const int rh = i / Di, d = i - rh * Di;
-      float v = 0.0f;
-      if (rh < nrh) {
-        const int64_t row = row0 + rh / H;
-        v = load_as_float(
-            prm.index_q, prm.q_dtype,
-            row * prm.q_stride_row + (rh % H) * prm.q_stride_head + d * prm.q_stride_dim);
+    if (!early) {
+      fill_queries(row0, nrh);
+      for (int i = threadIdx.x; i < nblk; i += kScoreThreads) {
+        s_page[i] = prm.block_table[info.req * prm.bt_stride_req + (b0 + i) * prm.bt_stride_block];
       }
-      // d = 64c + 32j + 8t + 4h + e -> fragment (n-tile, c, s = 2j + h), lane 4(rh % 8) + t, e.
-      const int c = d >> 6, dd = d & 63;
-      const int s = ((dd >> 5) << 1) | ((dd >> 2) & 1);
-      const int ln = (rh & 7) * 4 + ((dd >> 3) & 3);
-      q_s[((((rh >> 3) * CH + c) * 4 + s) * 32 + ln) * 4 + (dd & 3)] = __float2bfloat16_rn(v);
     }
     for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
       block_max[i] = ordered_f32(-INFINITY);
-    }
-    for (int i = threadIdx.x; i < nblk; i += kScoreThreads) {
-      s_page[i] = prm.block_table[info.req * prm.bt_stride_req + (b0 + i) * prm.bt_stride_block];
     }
     __syncthreads();
 

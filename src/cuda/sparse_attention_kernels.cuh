@@ -127,6 +127,44 @@ __device__ __forceinline__ float scale_at(const float* s, int64_t stride_head, i
   return __ldg(s + head * stride_head + slot * stride_slot);
 }
 
+// Thread tid's Q elements in MMA fragment order: item it covers fragment slot i = tid +
+// it * kAttnThreads (k-step i / 32, lane i % 32), heads gg and gg + 8 of the 16-head chunk, 4
+// consecutive dims each. All loads are issued before any conversion (heads past the group load
+// the chunk's last head and are zeroed afterwards).
+__device__ __forceinline__ float q_to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float q_to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float q_to_float(float v) { return v; }
+
+template <typename QT, int kQItems>
+__device__ __forceinline__ void load_q_items(const SparseAttnParams& prm, int64_t row, int head0,
+                                             int nh, int tid, float (&qv)[kQItems][2][4]) {
+  const QT* q = static_cast<const QT*>(prm.q) + row * prm.q_stride_row;
+  QT raw[kQItems][2][4];
+#pragma unroll
+  for (int it = 0; it < kQItems; ++it) {
+    const int i = tid + it * kAttnThreads;
+    const int kk = i >> 5, ln = i & 31;
+    const int d0 = 32 * (kk >> 1) + 8 * (ln & 3) + 4 * (kk & 1);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int hh = min((ln >> 2) + 8 * r, nh - 1);
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        raw[it][r][e] = __ldg(q + (head0 + hh) * prm.q_stride_head + d0 + e);
+    }
+  }
+#pragma unroll
+  for (int it = 0; it < kQItems; ++it) {
+    const int ln = (tid + it * kAttnThreads) & 31;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const bool real = (ln >> 2) + 8 * r < nh;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) qv[it][r][e] = real ? q_to_float(raw[it][r][e]) : 0.0f;
+    }
+  }
+}
+
 // One CTA per (row, KV head x 16-head chunk, split). Fragment layouts (lane = 4 * g + c):
 //  * QK^T: A = Q [16 heads x 16 dims], B = K^T. The reduction dimension may be permuted freely
 //    as long as Q and K agree, so k-step kk = 2t + half maps MMA k-slots {2c, 2c+1, 2c+8, 2c+9}
@@ -154,9 +192,13 @@ __global__ void __launch_bounds__(kAttnThreads)
   __shared__ uint8_t s_first[kMaxTopkWidth];
   __shared__ int32_t s_list_id[kMaxTopkWidth];
   __shared__ int32_t s_list_page[kMaxTopkWidth];
+  __shared__ int32_t s_nsel;
   __shared__ float s_m[kAttnWarps][kAttnHeads];
   __shared__ float s_l[kAttnWarps][kAttnHeads];
-  __shared__ float s_red[kAttnWarps][kAttnHeads][D];
+  // Per-warp outputs, row h = head: lane (g, c) stores the pair {dim da, dim da + 8} of n-tile n
+  // as one float2 at 8n + 2c. The row stride D + 8 puts the 16 lanes of a half-warp on distinct
+  // banks (a plain [h][d] layout had a 16-way conflict on these stores).
+  __shared__ __align__(8) float s_red[kAttnWarps][kAttnHeads][D + 8];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
@@ -166,43 +208,45 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int split = blockIdx.z;
   const int head0 = kvh * prm.group + hc * kAttnHeads;
   const int nh = min(kAttnHeads, prm.group - hc * kAttnHeads);
-  // Every load that does not depend on another is issued first (the top-k ids, Q, the row's
-  // sequence length), so the prologue costs one memory round trip plus the block-table one.
+  // Every load that does not depend on another is issued before any of them is used (the
+  // top-k ids, Q, the row's sequence length), so the prologue costs one memory round trip plus
+  // the block-table one. The loads are unconditional (indices clamped into the tensors, unused
+  // values discarded after they arrive) and free of per-element dtype branches: a load behind
+  // a branch, or converted in the branch that issued it, makes the thread wait for it before it
+  // issues the next, which measured as ~0.2 us per load on the H200.
   constexpr int kTkPer = kMaxTopkWidth / kAttnThreads;
   constexpr int kQItems = kSteps * 32 / kAttnThreads;
   static_assert(kQItems * kAttnThreads == kSteps * 32, "Q fragments per thread");
-  const int W = prm.topk_width;
+  const int W = prm.topk_width;  // >= 1 (validated)
+  if (prm.rows.cu_seqlens_q == nullptr && tid == 0) {
+    const int64_t req = min(row / prm.rows.query_len, int64_t{prm.rows.num_requests} - 1);
+    if (req >= 0) {
+      asm volatile(
+          "prefetch.global.L1 [%0];" ::"l"(prm.rows.seq_lens + req * prm.rows.seq_lens_stride));
+    }
+  }
   int32_t tk[kTkPer];
 #pragma unroll
   for (int r = 0; r < kTkPer; ++r) {
-    const int e = tid + r * kAttnThreads;
-    // In bounds for every row < T (topk is [Hkv, >= T, W]); padding rows ignore the value.
-    tk[r] = e < W ? __ldg(prm.topk + kvh * prm.tk_stride_head + row * prm.tk_stride_row +
-                          e * prm.tk_stride_col)
-                  : -1;
+    // In bounds for every row < T (topk is [Hkv, >= T, W]); padding rows ignore the value, and
+    // entries e >= W (clamped here) are ignored where they are used.
+    tk[r] = __ldg(prm.topk + kvh * prm.tk_stride_head + row * prm.tk_stride_row +
+                  min(tid + r * kAttnThreads, W - 1) * prm.tk_stride_col);
   }
   const float k_layer = prm.scale_mode == KvScaleMode::kPerLayer ? __ldg(prm.k_scale) : 1.0f;
   const float v_layer = prm.scale_mode == KvScaleMode::kPerLayer ? __ldg(prm.v_scale) : 1.0f;
   // Q, converted once to the MMA element type; heads past the group are zero rows.
   float qv[kQItems][2][4];
-#pragma unroll
-  for (int it = 0; it < kQItems; ++it) {
-    const int i = tid + it * kAttnThreads;
-    const int kk = i >> 5, ln = i & 31;
-    const int gg = ln >> 2, cc = ln & 3;
-    const int d0 = 32 * (kk >> 1) + 8 * cc + 4 * (kk & 1);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int hh = gg + 8 * r;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        qv[it][r][e] =
-            hh < nh
-                ? load_as_float(prm.q, prm.q_dtype,
-                                row * prm.q_stride_row + (head0 + hh) * prm.q_stride_head + d0 + e)
-                : 0.0f;
-      }
-    }
+  switch (prm.q_dtype) {
+    case DType::kBF16:
+      load_q_items<__nv_bfloat16>(prm, row, head0, nh, tid, qv);
+      break;
+    case DType::kF16:
+      load_q_items<__half>(prm, row, head0, nh, tid, qv);
+      break;
+    default:
+      load_q_items<float>(prm, row, head0, nh, tid, qv);
+      break;
   }
 
   // One CTA per (row, KV head) reports bad values, so a bad entry costs one atomic.
@@ -213,49 +257,9 @@ __global__ void __launch_bounds__(kAttnThreads)
   const bool live = info.req >= 0 && pos >= 0;
   const int64_t bs = prm.rows.block_size;
   const int64_t own = live ? pos / bs : -1;
-
-  // The row's selection as a set: ids beyond the visible blocks or with a bad page are skipped
-  // (and reported), duplicates count once, and the list is sorted ascending (spec A5 order).
-#pragma unroll
-  for (int r = 0; r < kTkPer; ++r) {
-    const int e = tid + r * kAttnThreads;
-    if (e >= W) continue;
-    int32_t id = -1, page = 0;
-    if (live) {
-      id = tk[r];
-      if (id > own) {
-        raise_error(flags, kDeviceErrorTopkId);
-        id = -1;
-      } else if (id >= 0) {
-        page = prm.block_table[info.req * prm.bt_stride_req + id * prm.bt_stride_block];
-        if (page < 0 || page >= prm.num_cache_blocks) {
-          raise_error(flags, kDeviceErrorBlockId);
-          id = -1;
-        }
-      }
-    }
-    s_id[e] = id;
-    s_page[e] = page;
-  }
-  __syncthreads();
-  for (int e = tid; e < W; e += kAttnThreads) {
-    const int32_t id = s_id[e];
-    bool first = id >= 0;
-    for (int f = 0; f < e && first; ++f) first = s_id[f] != id;
-    s_first[e] = first ? 1 : 0;
-  }
-  __syncthreads();
-  for (int e = tid; e < W; e += kAttnThreads) {
-    if (!s_first[e]) continue;
-    const int32_t id = s_id[e];
-    int rank = 0;
-    for (int f = 0; f < W; ++f) rank += (s_first[f] && s_id[f] < id) ? 1 : 0;
-    s_list_id[rank] = id;
-    s_list_page[rank] = s_page[e];
-  }
-  int n_sel = 0;
-  for (int f = 0; f < W; ++f) n_sel += s_first[f];
-
+  // Q goes to shared memory here, while its loads (issued with the top-k and sequence-length
+  // ones) are the same round trip: written later it would wait a second one, and holding it in
+  // registers across the block-table lookup lets the compiler sink the loads instead.
 #pragma unroll
   for (int it = 0; it < kQItems; ++it) {
     const int i = tid + it * kAttnThreads;
@@ -263,7 +267,77 @@ __global__ void __launch_bounds__(kAttnThreads)
         pack2<kHalfMma>(qv[it][0][0], qv[it][0][1]), pack2<kHalfMma>(qv[it][1][0], qv[it][1][1]),
         pack2<kHalfMma>(qv[it][0][2], qv[it][0][3]), pack2<kHalfMma>(qv[it][1][2], qv[it][1][3]));
   }
+
+  // The row's selection as a set: ids beyond the visible blocks or with a bad page are skipped
+  // (and reported), duplicates count once, and the list is sorted ascending (spec A5 order).
+  // Entry e of the row is held by thread e (tk[0]) or e + kAttnThreads (tk[1]).
+  auto validate = [&](int32_t raw, int32_t& id, int32_t& page) {
+    id = -1;
+    page = 0;
+    if (!live) return;
+    if (raw > own) {
+      raise_error(flags, kDeviceErrorTopkId);
+    } else if (raw >= 0) {
+      const int32_t pg = prm.block_table[info.req * prm.bt_stride_req + raw * prm.bt_stride_block];
+      if (pg < 0 || pg >= prm.num_cache_blocks) {
+        raise_error(flags, kDeviceErrorBlockId);
+      } else {
+        id = raw;
+        page = pg;
+      }
+    }
+  };
+  if (W <= 32) {
+    // The usual case (top-16): warp 0 builds the list with warp votes, no CTA barrier.
+    if (warp == 0) {
+      int32_t id, page;
+      validate(lane < W ? tk[0] : -1, id, page);
+      const uint32_t same = __match_any_sync(0xFFFFFFFFu, id);
+      const bool first = id >= 0 && __ffs(same) - 1 == lane;
+      const uint32_t firsts = __ballot_sync(0xFFFFFFFFu, first);
+      int rank = 0;
+#pragma unroll
+      for (int f = 0; f < 32; ++f) {
+        const int32_t other = __shfl_sync(0xFFFFFFFFu, id, f);
+        rank += ((firsts >> f) & 1u) && other < id ? 1 : 0;
+      }
+      if (first) {
+        s_list_id[rank] = id;
+        s_list_page[rank] = page;
+      }
+      if (lane == 0) s_nsel = __popc(firsts);
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < kTkPer; ++r) {
+      const int e = tid + r * kAttnThreads;
+      if (e < W) validate(tk[r], s_id[e], s_page[e]);
+    }
+    __syncthreads();
+    for (int e = tid; e < W; e += kAttnThreads) {
+      const int32_t id = s_id[e];
+      bool first = id >= 0;
+      for (int f = 0; f < e && first; ++f) first = s_id[f] != id;
+      s_first[e] = first ? 1 : 0;
+    }
+    __syncthreads();
+    for (int e = tid; e < W; e += kAttnThreads) {
+      if (!s_first[e]) continue;
+      const int32_t id = s_id[e];
+      int rank = 0;
+      for (int f = 0; f < W; ++f) rank += (s_first[f] && s_id[f] < id) ? 1 : 0;
+      s_list_id[rank] = id;
+      s_list_page[rank] = s_page[e];
+    }
+    if (tid == 0) {
+      int n = 0;
+      for (int f = 0; f < W; ++f) n += s_first[f];
+      s_nsel = n;
+    }
+  }
+
   __syncthreads();
+  const int n_sel = s_nsel;
 
   float acc[kOutTiles][4];
 #pragma unroll
@@ -450,29 +524,37 @@ __global__ void __launch_bounds__(kAttnThreads)
     factor[r] = l_all > 0.0f ? exp2f(m_run[r] - m_use) / l_all : 0.0f;
   }
 #pragma unroll
-  for (int vh = 0; vh < kHalves; ++vh) {
-#pragma unroll
-    for (int nd = 0; nd < 8; ++nd) {
-      const int n = vh * 8 + nd;
-      const int da = 64 * vh + 16 * c + nd, db = da + 8;
-      s_red[warp][g][da] = acc[n][0] * factor[0];
-      s_red[warp][g][db] = acc[n][1] * factor[0];
-      s_red[warp][g + 8][da] = acc[n][2] * factor[1];
-      s_red[warp][g + 8][db] = acc[n][3] * factor[1];
-    }
+  for (int n = 0; n < kOutTiles; ++n) {
+    *reinterpret_cast<float2*>(&s_red[warp][g][8 * n + 2 * c]) =
+        make_float2(acc[n][0] * factor[0], acc[n][1] * factor[0]);
+    *reinterpret_cast<float2*>(&s_red[warp][g + 8][8 * n + 2 * c]) =
+        make_float2(acc[n][2] * factor[1], acc[n][3] * factor[1]);
   }
   __syncthreads();
 
+  // Thread t sums dim t % D of heads t / D, t / D + kHeadStep, ...: all its shared-memory reads
+  // are independent and issued together, and a warp's global stores are contiguous.
   const int64_t T = prm.rows.num_rows;
-  for (int i = tid; i < nh * D; i += kAttnThreads) {
-    const int hh = i / D, d = i - hh * D;
-    const float o = ((s_red[0][hh][d] + s_red[1][hh][d]) + s_red[2][hh][d]) + s_red[3][hh][d];
+  constexpr int kHeadStep = kAttnThreads / D;
+  constexpr int kHeadsPerThread = kAttnHeads / kHeadStep;
+  const int d = tid % D;
+  const int col = 8 * ((d >> 6) * 8 + (d & 7)) + 2 * ((d >> 4) & 3) + ((d >> 3) & 1);
+  float o[kHeadsPerThread];
+#pragma unroll
+  for (int k = 0; k < kHeadsPerThread; ++k) {
+    const int hh = tid / D + k * kHeadStep;
+    o[k] = ((s_red[0][hh][col] + s_red[1][hh][col]) + s_red[2][hh][col]) + s_red[3][hh][col];
+  }
+#pragma unroll
+  for (int k = 0; k < kHeadsPerThread; ++k) {
+    const int hh = tid / D + k * kHeadStep;
+    if (hh >= nh) break;
     const int64_t head = head0 + hh;
     if (prm.splits == 1) {
       store_from_float(prm.out, prm.out_dtype,
-                       row * prm.out_stride_row + head * prm.out_stride_head + d, o);
+                       row * prm.out_stride_row + head * prm.out_stride_head + d, o[k]);
     } else {
-      prm.part_out[((split * T + row) * prm.num_q_heads + head) * D + d] = o;
+      prm.part_out[((split * T + row) * prm.num_q_heads + head) * D + d] = o[k];
     }
   }
   for (int hh = tid; hh < nh; hh += kAttnThreads) {
@@ -494,9 +576,12 @@ __global__ void __launch_bounds__(kAttnThreads)
 }
 
 // Combines the splits of one (row, q head) in ascending split order: out = sum_s w_s o_s / sum w,
-// w_s = 2^(lse_s - max lse). One thread per output dimension (blockDim.x == head_dim); the split
-// LSEs are fetched in parallel into shared memory (dynamic, splits floats) and the partial
-// outputs in unrolled batches, so the merge costs a few memory round trips, not one per split.
+// w_s = 2^(lse_s - max lse). One thread per output dimension (blockDim.x == head_dim). The
+// partial outputs of the first kMergePrefetch splits do not depend on the LSEs, so their loads
+// are issued together with the LSE loads, unconditionally (split index clamped; a load behind
+// a branch would be waited for before the next is issued): at up to kMergePrefetch splits the
+// merge costs one memory round trip (every split writes its partials, so they are defined).
+constexpr int kMergePrefetch = 32;
 __global__ void sparse_attention_merge_kernel(const SparseAttnParams prm, int head_dim) {
   extern __shared__ float s_part_lse[];
   const int64_t row = blockIdx.x;
@@ -505,6 +590,11 @@ __global__ void sparse_attention_merge_kernel(const SparseAttnParams prm, int he
   const int64_t T = prm.rows.num_rows;
   const int64_t hq = prm.num_q_heads;
   const int splits = prm.splits;
+  const float* po = prm.part_out + (row * hq + head) * head_dim + d;
+  const int64_t split_stride = T * hq * head_dim;
+  float pre[kMergePrefetch];
+#pragma unroll
+  for (int s = 0; s < kMergePrefetch; ++s) pre[s] = po[min(s, splits - 1) * split_stride];
   for (int s = d; s < splits; s += blockDim.x) {
     s_part_lse[s] = prm.part_lse[(s * T + row) * hq + head];
   }
@@ -513,11 +603,17 @@ __global__ void sparse_attention_merge_kernel(const SparseAttnParams prm, int he
   for (int s = 0; s < splits; ++s) m_all = fmaxf(m_all, s_part_lse[s]);
   float o = 0.0f, lse = -INFINITY;
   if (m_all != -INFINITY) {
-    const float* po = prm.part_out + (row * hq + head) * head_dim + d;
-    const int64_t split_stride = T * hq * head_dim;
     float w_sum = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kMergePrefetch; ++s) {
+      if (s < splits) {
+        const float w = exp2f(s_part_lse[s] - m_all);
+        w_sum += w;
+        o += w * pre[s];
+      }
+    }
 #pragma unroll 16
-    for (int s = 0; s < splits; ++s) {
+    for (int s = kMergePrefetch; s < splits; ++s) {
       const float w = exp2f(s_part_lse[s] - m_all);
       w_sum += w;
       o += w * po[s * split_stride];
@@ -525,10 +621,8 @@ __global__ void sparse_attention_merge_kernel(const SparseAttnParams prm, int he
     o /= w_sum;
     lse = (m_all + log2f(w_sum)) * kLn2;
   }
-  if (d < head_dim) {
-    store_from_float(prm.out, prm.out_dtype,
-                     row * prm.out_stride_row + head * prm.out_stride_head + d, o);
-  }
+  store_from_float(prm.out, prm.out_dtype,
+                   row * prm.out_stride_row + head * prm.out_stride_head + d, o);
   if (d == 0 && prm.lse != nullptr) {
     prm.lse[row * prm.lse_stride_row + head * prm.lse_stride_head] = lse;
   }

@@ -326,6 +326,29 @@ TEST(SparseAttention, TopkRowIsASet) {
   expect_same_outputs(*dup, *ref, "duplicated ids");
 }
 
+// Rows wider than a warp (here 40 entries) take the CUDA kernel's shared-memory path: the set
+// semantics hold there too, with duplicates and the own block past entry 32.
+TEST(SparseAttention, WideTopkRowIsASet) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s;
+  s.num_q_heads = 16;
+  s.seq_lens = {1000, 600};
+  s.topk_width = 40;
+  s.seed = 52;
+  std::unique_ptr<Batch> ref = attn::make_batch(s, test::test_device());
+  attn::set_topk_row(*ref, 0, 0, {0, 3, 7});
+  attn::set_topk_row(*ref, 0, 1, {1, 4});
+  ASSERT_TRUE(attn::run_batch(*ref).ok());
+  std::unique_ptr<Batch> dup = attn::make_batch(s, test::test_device());
+  std::vector<int32_t> row0(33, 3), row1(35, 1);
+  row0.insert(row0.end(), {0, 3, 7, 0});
+  row1.push_back(4);
+  attn::set_topk_row(*dup, 0, 0, row0);
+  attn::set_topk_row(*dup, 0, 1, row1);
+  ASSERT_TRUE(attn::run_batch(*dup).ok());
+  expect_same_outputs(*dup, *ref, "wide rows with duplicated ids");
+}
+
 // ---- Bad inputs ----
 
 // Uploads a known pattern into out and lse, runs `args`, and checks the status code and that

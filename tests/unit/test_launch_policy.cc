@@ -14,60 +14,88 @@ namespace {
 
 constexpr int kH200Sms = 132;
 
-TEST(LaunchPolicy, IndexSpreadsSmallBatchesOverTheGpu) {
+// The M3 score kernel (128-dim index keys, tensor cores) keeps 2 CTAs per SM resident.
+constexpr int kScoreCtas = 2;
+constexpr int64_t kH200Wave = kScoreCtas * kH200Sms;  // 264
+
+TEST(LaunchPolicy, IndexSpreadsSmallBatchesOverOneWave) {
   // Batch 1 at 8K (64 blocks): one block per CTA, every block its own CTA.
-  IndexLaunchPlan p = plan_index_launch(1, 64, kH200Sms);
+  IndexLaunchPlan p = plan_index_launch(1, 64, kH200Sms, kScoreCtas);
   EXPECT_EQ(p.blocks_per_cta, 1);
   EXPECT_EQ(p.chunks, 64);
-  // Batch 1 at 128K (1024 blocks): still one block per CTA (1024 < 8 x 132).
-  p = plan_index_launch(1, 1024, kH200Sms);
-  EXPECT_EQ(p.blocks_per_cta, 1);
-  EXPECT_EQ(p.chunks, 1024);
-  // Batch 1 at 512K (4096 blocks): 2 blocks per CTA keeps >= 1056 CTAs.
-  p = plan_index_launch(1, 4096, kH200Sms);
-  EXPECT_EQ(p.blocks_per_cta, 2);
-  EXPECT_EQ(p.chunks, 2048);
+  // Batch 1 at 128K (1024 blocks): 4 blocks per CTA, 256 CTAs in one wave of 264 (one block
+  // per CTA would be 1024 CTAs, ~4 waves of short CTAs).
+  p = plan_index_launch(1, 1024, kH200Sms, kScoreCtas);
+  EXPECT_EQ(p.blocks_per_cta, 4);
+  EXPECT_EQ(p.chunks, 256);
+  // Batch 1 at 512K (4096 blocks): 16 blocks per CTA, 256 CTAs.
+  p = plan_index_launch(1, 4096, kH200Sms, kScoreCtas);
+  EXPECT_EQ(p.blocks_per_cta, 16);
+  EXPECT_EQ(p.chunks, 256);
+  // Batch 16 at 8K (16 x 64 blocks): 4 blocks per CTA, 16 x 16 = 256 CTAs.
+  p = plan_index_launch(16, 64, kH200Sms, kScoreCtas);
+  EXPECT_EQ(p.blocks_per_cta, 4);
+  EXPECT_EQ(p.row_tiles * p.chunks, 256);
+  // Every grid that fits a wave at all is the largest such grid: halving blocks_per_cta would
+  // overflow the wave.
+  for (int64_t tiles : {1, 4, 16, 64}) {
+    for (int64_t nb : {64, 256, 1024, 4096}) {
+      p = plan_index_launch(tiles, nb, kH200Sms, kScoreCtas);
+      if (p.blocks_per_cta == kIndexMaxBlocksPerCta) continue;
+      EXPECT_LE(p.row_tiles * p.chunks, kH200Wave) << tiles << " x " << nb;
+      if (p.blocks_per_cta > 1) {
+        EXPECT_GT(tiles * ((nb + p.blocks_per_cta / 2 - 1) / (p.blocks_per_cta / 2)), kH200Wave)
+            << tiles << " x " << nb;
+      }
+    }
+  }
 }
 
-TEST(LaunchPolicy, IndexAmortisesThePrologueOnLargeBatches) {
-  // Batch 64 at 128K: 65536 blocks; the largest CTA (32 blocks) still gives 2048 CTAs.
-  IndexLaunchPlan p = plan_index_launch(64, 1024, kH200Sms);
+TEST(LaunchPolicy, IndexStreamsLargeBatchesInFullCtas) {
+  // Batch 64 at 128K: 65536 blocks, more than a wave holds even at 32 per CTA: 2048 CTAs.
+  IndexLaunchPlan p = plan_index_launch(64, 1024, kH200Sms, kScoreCtas);
   EXPECT_EQ(p.blocks_per_cta, kIndexMaxBlocksPerCta);
   EXPECT_EQ(p.chunks, 32);
   EXPECT_EQ(p.row_tiles * p.chunks, 2048);
-  // Batch 16 at 8K: 1024 blocks, below the 1056-CTA target even at one block per CTA.
-  p = plan_index_launch(16, 64, kH200Sms);
-  EXPECT_EQ(p.blocks_per_cta, 1);
-  // A smaller GPU needs fewer CTAs, so the CTAs grow.
-  const IndexLaunchPlan small = plan_index_launch(16, 1024, 16);
-  const IndexLaunchPlan big = plan_index_launch(16, 1024, kH200Sms);
-  EXPECT_GT(small.blocks_per_cta, big.blocks_per_cta);
-  EXPECT_GE(small.row_tiles * small.chunks, kIndexCtasPerSm * 16);
+  // A smaller GPU (or a lower occupancy) holds fewer CTAs at once, so the CTAs grow.
+  // Batch 1 at 32K (256 blocks) on 16 SMs: a 32-CTA wave, 8 blocks per CTA (1 on the H200).
+  const IndexLaunchPlan small = plan_index_launch(1, 256, 16, kScoreCtas);
+  const IndexLaunchPlan big = plan_index_launch(1, 256, kH200Sms, kScoreCtas);
+  EXPECT_EQ(small.blocks_per_cta, 8);
+  EXPECT_EQ(small.chunks, 32);
+  EXPECT_EQ(big.blocks_per_cta, 1);
+  const IndexLaunchPlan dense = plan_index_launch(4, 1024, kH200Sms, 8);
+  EXPECT_LT(dense.blocks_per_cta, plan_index_launch(4, 1024, kH200Sms, kScoreCtas).blocks_per_cta);
+  // An occupancy query that failed (0) plans for one CTA per SM.
+  EXPECT_EQ(plan_index_launch(4, 1024, kH200Sms, 0).blocks_per_cta,
+            plan_index_launch(4, 1024, kH200Sms, 1).blocks_per_cta);
 }
 
 TEST(LaunchPolicy, IndexWithNothingToScoreLaunchesNoScoreGrid) {
-  const IndexLaunchPlan empty = plan_index_launch(4, 0, kH200Sms);
+  const IndexLaunchPlan empty = plan_index_launch(4, 0, kH200Sms, kScoreCtas);
   EXPECT_EQ(empty.chunks, 0);
-  EXPECT_EQ(plan_index_launch(0, 64, kH200Sms).chunks, 0);
+  EXPECT_EQ(plan_index_launch(0, 64, kH200Sms, kScoreCtas).chunks, 0);
 }
 
 TEST(LaunchPolicy, IndexCoversEveryBlockExactlyOnce) {
   for (int sms : {1, 16, 132}) {
-    for (int64_t tiles : {1, 3, 16, 64, 257}) {
-      for (int64_t max_blocks : {1, 2, 7, 63, 64, 65, 1000, 1024, 4096}) {
-        const IndexLaunchPlan p = plan_index_launch(tiles, max_blocks, sms);
-        ASSERT_GE(p.blocks_per_cta, 1);
-        ASSERT_LE(p.blocks_per_cta, kIndexMaxBlocksPerCta);
-        std::vector<int> owners(static_cast<size_t>(max_blocks), 0);
-        for (int64_t c = 0; c < p.chunks; ++c) {
-          const BlockRange r = index_cta_blocks(p, c, max_blocks);
-          EXPECT_LT(r.begin, r.end) << "empty CTA " << c;
-          for (int64_t b = r.begin; b < r.end; ++b) ++owners[static_cast<size_t>(b)];
-        }
-        for (int64_t b = 0; b < max_blocks; ++b) {
-          ASSERT_EQ(owners[static_cast<size_t>(b)], 1)
-              << "block " << b << " tiles " << tiles << " max_blocks " << max_blocks << " sms "
-              << sms;
+    for (int ctas : {1, 2, 8}) {
+      for (int64_t tiles : {1, 3, 16, 64, 257}) {
+        for (int64_t max_blocks : {1, 2, 7, 63, 64, 65, 1000, 1024, 4096}) {
+          const IndexLaunchPlan p = plan_index_launch(tiles, max_blocks, sms, ctas);
+          ASSERT_GE(p.blocks_per_cta, 1);
+          ASSERT_LE(p.blocks_per_cta, kIndexMaxBlocksPerCta);
+          std::vector<int> owners(static_cast<size_t>(max_blocks), 0);
+          for (int64_t c = 0; c < p.chunks; ++c) {
+            const BlockRange r = index_cta_blocks(p, c, max_blocks);
+            EXPECT_LT(r.begin, r.end) << "empty CTA " << c;
+            for (int64_t b = r.begin; b < r.end; ++b) ++owners[static_cast<size_t>(b)];
+          }
+          for (int64_t b = 0; b < max_blocks; ++b) {
+            ASSERT_EQ(owners[static_cast<size_t>(b)], 1)
+                << "block " << b << " tiles " << tiles << " max_blocks " << max_blocks << " sms "
+                << sms << " ctas " << ctas;
+          }
         }
       }
     }
