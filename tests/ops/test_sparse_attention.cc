@@ -307,6 +307,21 @@ TEST(SparseAttention, Fp8ScalesChangeTheResult) {
   }
 }
 
+// Runs the two decode rows of `s` with top-k rows {0, 3, 7} / {1, 4} and with the given rows
+// listing the same ids with repeats, and expects the same outputs: a row is a set.
+void expect_rows_are_sets(const BatchSpec& s, const std::vector<int32_t>& row0,
+                          const std::vector<int32_t>& row1, const std::string& what) {
+  std::unique_ptr<Batch> ref = attn::make_batch(s, test::test_device());
+  attn::set_topk_row(*ref, 0, 0, {0, 3, 7});
+  attn::set_topk_row(*ref, 0, 1, {1, 4});
+  ASSERT_TRUE(attn::run_batch(*ref).ok());
+  std::unique_ptr<Batch> dup = attn::make_batch(s, test::test_device());
+  attn::set_topk_row(*dup, 0, 0, row0);
+  attn::set_topk_row(*dup, 0, 1, row1);
+  ASSERT_TRUE(attn::run_batch(*dup).ok());
+  expect_same_outputs(*dup, *ref, what);
+}
+
 // A duplicated id in a top-k row counts once: the row is treated as a set.
 TEST(SparseAttention, TopkRowIsASet) {
   MSA_REQUIRE_TEST_DEVICE();
@@ -315,15 +330,7 @@ TEST(SparseAttention, TopkRowIsASet) {
   s.seq_lens = {1000, 600};
   s.topk_width = 5;
   s.seed = 51;
-  std::unique_ptr<Batch> ref = attn::make_batch(s, test::test_device());
-  attn::set_topk_row(*ref, 0, 0, {0, 3, 7});
-  attn::set_topk_row(*ref, 0, 1, {1, 4});
-  ASSERT_TRUE(attn::run_batch(*ref).ok());
-  std::unique_ptr<Batch> dup = attn::make_batch(s, test::test_device());
-  attn::set_topk_row(*dup, 0, 0, {0, 3, 3, 7, 7});
-  attn::set_topk_row(*dup, 0, 1, {1, 1, 4, 4});
-  ASSERT_TRUE(attn::run_batch(*dup).ok());
-  expect_same_outputs(*dup, *ref, "duplicated ids");
+  expect_rows_are_sets(s, {0, 3, 3, 7, 7}, {1, 1, 4, 4}, "duplicated ids");
 }
 
 // Rows wider than a warp (here 40 entries) take the CUDA kernel's shared-memory path: the set
@@ -335,18 +342,10 @@ TEST(SparseAttention, WideTopkRowIsASet) {
   s.seq_lens = {1000, 600};
   s.topk_width = 40;
   s.seed = 52;
-  std::unique_ptr<Batch> ref = attn::make_batch(s, test::test_device());
-  attn::set_topk_row(*ref, 0, 0, {0, 3, 7});
-  attn::set_topk_row(*ref, 0, 1, {1, 4});
-  ASSERT_TRUE(attn::run_batch(*ref).ok());
-  std::unique_ptr<Batch> dup = attn::make_batch(s, test::test_device());
   std::vector<int32_t> row0(33, 3), row1(35, 1);
   row0.insert(row0.end(), {0, 3, 7, 0});
   row1.push_back(4);
-  attn::set_topk_row(*dup, 0, 0, row0);
-  attn::set_topk_row(*dup, 0, 1, row1);
-  ASSERT_TRUE(attn::run_batch(*dup).ok());
-  expect_same_outputs(*dup, *ref, "wide rows with duplicated ids");
+  expect_rows_are_sets(s, row0, row1, "wide rows with duplicated ids");
 }
 
 // ---- Bad inputs ----
