@@ -31,48 +31,56 @@ __device__ __forceinline__ float load_as_float(const void* p, DType t, int64_t i
   }
 }
 
-// Loads elements idx[0..N) of a bf16/f16/e4m3/f32 buffer as floats. The dtype branch is taken
-// once and all N loads are issued before any is converted: load_as_float in a loop branches per
-// element and uses each value in the branch that loaded it, so a thread waits for every load
-// in turn (one memory round trip per element instead of one for all).
+// One stored element as float; an e4m3 element is passed as its storage byte (uint8_t).
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(uint8_t v) {
+  __nv_fp8_e4m3 f;
+  f.__x = v;
+  return static_cast<float>(f);
+}
+
+// Issuing loads: a load whose value is used in the branch that issued it (load_as_float in a
+// loop converts each element inside its dtype case; `cond ? p[i] : 0` does the same) makes the
+// thread wait for it before it issues the next, one memory round trip per element (measured
+// ~0.2 us each on the H200, bench/results/2026-11-29-latency-probes/). Kernels therefore take the
+// dtype branch once, issue all loads unconditionally (indices clamped into the tensor, unused
+// values dropped after they arrive) and convert afterwards, as load_floats does.
+template <typename T, int N>
+__device__ __forceinline__ void load_floats_as(const T* p, const int64_t (&idx)[N],
+                                               float (&out)[N]) {
+  T r[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) r[i] = p[idx[i]];
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = to_float(r[i]);
+}
+
+// Elements idx[0..N) of a bf16/f16/e4m3/f32 buffer as floats, all N loads in one round trip.
 template <int N>
 __device__ __forceinline__ void load_floats(const void* p, DType t, const int64_t (&idx)[N],
                                             float (&out)[N]) {
   switch (t) {
-    case DType::kBF16: {
-      __nv_bfloat16 r[N];
-#pragma unroll
-      for (int i = 0; i < N; ++i) r[i] = static_cast<const __nv_bfloat16*>(p)[idx[i]];
-#pragma unroll
-      for (int i = 0; i < N; ++i) out[i] = __bfloat162float(r[i]);
+    case DType::kBF16:
+      load_floats_as(static_cast<const __nv_bfloat16*>(p), idx, out);
       break;
-    }
-    case DType::kF16: {
-      __half r[N];
-#pragma unroll
-      for (int i = 0; i < N; ++i) r[i] = static_cast<const __half*>(p)[idx[i]];
-#pragma unroll
-      for (int i = 0; i < N; ++i) out[i] = __half2float(r[i]);
+    case DType::kF16:
+      load_floats_as(static_cast<const __half*>(p), idx, out);
       break;
-    }
-    case DType::kE4M3: {
-      __nv_fp8_storage_t r[N];
-#pragma unroll
-      for (int i = 0; i < N; ++i) r[i] = static_cast<const __nv_fp8_storage_t*>(p)[idx[i]];
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        __nv_fp8_e4m3 v;
-        v.__x = r[i];
-        out[i] = static_cast<float>(v);
-      }
+    case DType::kE4M3:
+      load_floats_as(static_cast<const uint8_t*>(p), idx, out);
       break;
-    }
-    default: {
-#pragma unroll
-      for (int i = 0; i < N; ++i) out[i] = static_cast<const float*>(p)[idx[i]];
+    default:
+      load_floats_as(static_cast<const float*>(p), idx, out);
       break;
-    }
   }
+}
+
+// Starts fetching the line of `p` into L1 without waiting for it (a value needed a little later,
+// e.g. a sequence length read after the loads that do not depend on it are issued).
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
 }
 
 // Stores x rounded to nearest even; e4m3 saturates to +-448 (NaN kept).

@@ -52,20 +52,15 @@ struct IndexScoreParams {
 // Total order of spec A3 as one 64-bit key: tier (init 2 > local 1 > scored 0) in bits 62-63,
 // the ordered score in bits 30-61 (forced tiers use 0, so they tie), and 0x3FFFFFFF - block in
 // bits 0-29 so that equal scores go to the lower block id. Keys are distinct per block.
-// score_key is the key of a scored block; selection_key applies the tiers, which depend on the
-// row's visible block count nvb.
-__device__ __forceinline__ uint64_t score_key(float s, int64_t b) {
-  if (isnan(s)) s = -1e30f;
-  if (s == 0.0f) s = 0.0f;  // -0 ties with +0
-  return (static_cast<uint64_t>(ordered_f32(s)) << 30) | (0x3FFFFFFFull - static_cast<uint64_t>(b));
-}
-
-__device__ __forceinline__ uint64_t selection_key(uint64_t scored, int64_t b, int64_t nvb,
+// s is block b's score; the tiers depend on the row's visible block count nvb.
+__device__ __forceinline__ uint64_t selection_key(float s, int64_t b, int64_t nvb,
                                                   int32_t init_blocks, int32_t local_blocks) {
   const uint64_t id_bits = 0x3FFFFFFFull - static_cast<uint64_t>(b);
   if (b < init_blocks) return (2ull << 62) | id_bits;
   if (b >= nvb - local_blocks) return (1ull << 62) | id_bits;
-  return scored;
+  if (isnan(s)) s = -1e30f;
+  if (s == 0.0f) s = 0.0f;  // -0 ties with +0
+  return (static_cast<uint64_t>(ordered_f32(s)) << 30) | id_bits;
 }
 
 // Keys a selecting thread keeps in registers: block tables of up to 256 x 16 = 4096 columns
@@ -74,8 +69,8 @@ __device__ __forceinline__ uint64_t selection_key(uint64_t scored, int64_t b, in
 constexpr int kSelectKeysPerThread = 16;
 
 struct SelectSmem {
-  alignas(16)
-      uint32_t hist[2][256];  // pass p counts into hist[p & 1] while hist[(p + 1) & 1] is cleared
+  // Pass p counts into hist[p & 1] while hist[(p + 1) & 1] is cleared.
+  alignas(16) uint32_t hist[2][256];
   int32_t warp_sums[kSelectThreads / 32];
   uint32_t digit, remaining, done;
 };
@@ -119,9 +114,7 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
 #pragma unroll
     for (int i = 0; i < kSelectKeysPerThread; ++i) {
       const int64_t b = begin + i;
-      keys[i] = b < end
-                    ? selection_key(score_key(raw[i], b), b, nvb, prm.init_blocks, prm.local_blocks)
-                    : 0;
+      keys[i] = b < end ? selection_key(raw[i], b, nvb, prm.init_blocks, prm.local_blocks) : 0;
     }
   }
   // f(block, key) over this thread's range, from registers when they hold it.
@@ -133,8 +126,7 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
       }
     } else {
       for (int64_t b = begin; b < end; ++b) {
-        f(b, selection_key(score_key(__ldcg(scores + b), b), b, nvb, prm.init_blocks,
-                           prm.local_blocks));
+        f(b, selection_key(__ldcg(scores + b), b, nvb, prm.init_blocks, prm.local_blocks));
       }
     }
   };
@@ -450,18 +442,11 @@ __device__ __forceinline__ void a_fragment(const uint2 (&r)[2], int h, uint32_t*
   a[3] = e4m3x2_to_bf16x2(w1 >> 16);
 }
 
-__device__ __forceinline__ float index_q_to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float index_q_to_float(uint8_t v) {
-  __nv_fp8_e4m3 f;
-  f.__x = v;
-  return static_cast<float>(f);
-}
-
 // The nrh (row, head) query vectors of the segment starting at row0 -> q_s as bf16 MMA
 // fragments, n-tiles padded with zero vectors. Element i = rh * Di + d goes to thread i % 256.
 // Loads are issued 4 at a time before any is used (indices clamped into the segment, padding
-// zeroed after), so a decode request's queries cost one round trip; a load used in the branch
-// that issued it would make the thread wait for each in turn.
+// zeroed after), so a decode request's queries cost one round trip ("Issuing loads" in
+// common.cuh).
 template <typename QT, int CH>
 __device__ __forceinline__ void fill_query_fragments(const IndexScoreParams& prm, int64_t row0,
                                                      int nrh, __nv_bfloat16* q_s) {
@@ -486,7 +471,7 @@ __device__ __forceinline__ void fill_query_fragments(const IndexScoreParams& prm
       const int i = static_cast<int>(threadIdx.x) + (k0 + k) * kScoreThreads;
       if (i >= n) break;
       const int rh = i / Di, d = i % Di;
-      const float v = rh < nrh ? index_q_to_float(raw[k]) : 0.0f;
+      const float v = rh < nrh ? to_float(raw[k]) : 0.0f;
       // d = 64c + 32j + 8t + 4h + e -> fragment (n-tile, c, s = 2j + h), lane 4(rh % 8) + t, e.
       const int c = d >> 6, dd = d & 63;
       const int s = ((dd >> 5) << 1) | ((dd >> 2) & 1);
@@ -535,7 +520,7 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
       prm.rows.cu_seqlens_q == nullptr && blockIdx.x < static_cast<unsigned>(prm.rows.num_requests);
   if (early) {
     const int32_t* len = prm.rows.seq_lens + blockIdx.x * prm.rows.seq_lens_stride;
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(len));
+    prefetch_l1(len);
     const int64_t b = b0 + threadIdx.x;
     int32_t page = 0;
     const bool has_page = static_cast<int>(threadIdx.x) < prm.blocks_per_cta && b < max_blocks;

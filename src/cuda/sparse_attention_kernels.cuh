@@ -130,10 +130,7 @@ __device__ __forceinline__ float scale_at(const float* s, int64_t stride_head, i
 // Thread tid's Q elements in MMA fragment order: item it covers fragment slot i = tid +
 // it * kAttnThreads (k-step i / 32, lane i % 32), heads gg and gg + 8 of the 16-head chunk, 4
 // consecutive dims each. All loads are issued before any conversion (heads past the group load
-// the chunk's last head and are zeroed afterwards).
-__device__ __forceinline__ float q_to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float q_to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float q_to_float(float v) { return v; }
+// the chunk's last head and are zeroed afterwards; see "Issuing loads" in common.cuh).
 
 template <typename QT, int kQItems>
 __device__ __forceinline__ void load_q_items(const SparseAttnParams& prm, int64_t row, int head0,
@@ -160,7 +157,7 @@ __device__ __forceinline__ void load_q_items(const SparseAttnParams& prm, int64_
     for (int r = 0; r < 2; ++r) {
       const bool real = (ln >> 2) + 8 * r < nh;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) qv[it][r][e] = real ? q_to_float(raw[it][r][e]) : 0.0f;
+      for (int e = 0; e < 4; ++e) qv[it][r][e] = real ? to_float(raw[it][r][e]) : 0.0f;
     }
   }
 }
@@ -210,20 +207,14 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int nh = min(kAttnHeads, prm.group - hc * kAttnHeads);
   // Every load that does not depend on another is issued before any of them is used (the
   // top-k ids, Q, the row's sequence length), so the prologue costs one memory round trip plus
-  // the block-table one. The loads are unconditional (indices clamped into the tensors, unused
-  // values discarded after they arrive) and free of per-element dtype branches: a load behind
-  // a branch, or converted in the branch that issued it, makes the thread wait for it before it
-  // issues the next, which measured as ~0.2 us per load on the H200.
+  // the block-table one ("Issuing loads" in common.cuh).
   constexpr int kTkPer = kMaxTopkWidth / kAttnThreads;
   constexpr int kQItems = kSteps * 32 / kAttnThreads;
   static_assert(kQItems * kAttnThreads == kSteps * 32, "Q fragments per thread");
   const int W = prm.topk_width;  // >= 1 (validated)
   if (prm.rows.cu_seqlens_q == nullptr && tid == 0) {
     const int64_t req = min(row / prm.rows.query_len, int64_t{prm.rows.num_requests} - 1);
-    if (req >= 0) {
-      asm volatile(
-          "prefetch.global.L1 [%0];" ::"l"(prm.rows.seq_lens + req * prm.rows.seq_lens_stride));
-    }
+    if (req >= 0) prefetch_l1(prm.rows.seq_lens + req * prm.rows.seq_lens_stride);
   }
   int32_t tk[kTkPer];
 #pragma unroll
