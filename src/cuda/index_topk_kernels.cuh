@@ -69,17 +69,73 @@ __device__ __forceinline__ uint64_t selection_key(float s, int64_t b, int64_t nv
 constexpr int kSelectKeysPerThread = 16;
 
 struct SelectSmem {
-  // Pass p counts into hist[p & 1] while hist[(p + 1) & 1] is cleared.
-  alignas(16) uint32_t hist[2][256];
+  union {
+    // Radix path: pass p counts into hist[p & 1] while hist[(p + 1) & 1] is cleared.
+    alignas(16) uint32_t hist[2][256];
+    // Rank path: the key of block b (0: not visible).
+    alignas(16) uint64_t keys[kSelectThreads];
+  };
   int32_t warp_sums[kSelectThreads / 32];
   uint32_t digit, remaining, done;
 };
 
+// Exclusive prefix count of `keep` over the CTA's threads in thread order (a warp ballot plus the
+// per-warp totals, one CTA barrier): in the rank path, thread b's slot among the kept blocks.
+__device__ __forceinline__ int32_t kept_prefix(bool keep, SelectSmem& sm) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t votes = __ballot_sync(0xFFFFFFFFu, keep);
+  if (lane == 0) sm.warp_sums[warp] = __popc(votes);
+  __syncthreads();
+  int32_t offset = __popc(votes & ((1u << lane) - 1u));
+  for (int w = 0; w < warp; ++w) offset += sm.warp_sums[w];
+  return offset;
+}
+
+// select_row_topk for block tables of at most kSelectThreads columns: thread b holds block b's
+// key, and a block is kept when fewer than `kept` keys exceed it (keys are distinct, so exactly
+// min(topk, nvb) are). Counting ranks against the keys in shared memory costs one pass of nvb
+// broadcast reads per warp that holds a visible block and two CTA barriers, where the radix
+// descent needs two barriers per 8-bit digit it resolves. Same total order, same output.
+__device__ void select_row_topk_by_rank(const IndexSelectParams& prm, int64_t row, int64_t h,
+                                        SelectSmem& sm) {
+  const int tid = threadIdx.x;
+  const int64_t T = prm.rows.num_rows;
+  const int64_t max_blocks = prm.rows.max_blocks;
+  // Loaded before the row's length is known (column clamped into the row; none when the table
+  // has no columns).
+  const int64_t col = min(static_cast<int64_t>(tid), max_blocks - 1);
+  const float raw = col >= 0 ? __ldcg(prm.scores + (h * T + row) * max_blocks + col) : 0.0f;
+  const RowInfo info = resolve_row(prm.rows, row, nullptr);
+  const int64_t pos = info.pos_base + row;
+  const int64_t nvb = (info.req >= 0 && pos >= 0) ? pos / prm.rows.block_size + 1 : 0;
+  const int64_t kept = min(static_cast<int64_t>(prm.topk), nvb);
+  const bool visible = tid < nvb;
+  const uint64_t key =
+      visible ? selection_key(raw, tid, nvb, prm.init_blocks, prm.local_blocks) : 0;
+  bool keep = visible;
+  if (nvb > kept) {
+    sm.keys[tid] = key;
+    __syncthreads();
+    if ((tid & ~31) < nvb) {  // warp-uniform: warps without a visible block skip the count
+      int64_t above = 0;
+      for (int64_t u = 0; u < nvb; ++u) above += sm.keys[u] > key ? 1 : 0;
+      keep = visible && above < kept;
+    }
+  }
+  const int32_t offset = kept_prefix(keep, sm);
+  int32_t* out = prm.out + h * prm.out_stride_head + row * prm.out_stride_row;
+  if (keep) out[offset * prm.out_stride_col] = tid;
+  for (int64_t c = kept + tid; c < prm.out_cols; c += kSelectThreads) {
+    out[c * prm.out_stride_col] = -1;
+  }
+  __syncthreads();  // keys and warp_sums are reused by the caller's next row
+}
+
 // The kept blocks of one (row, head), written in ascending id order with -1 padding, by all
-// kSelectThreads threads of the calling CTA. The K-th largest key is found exactly by an 8-bit
-// radix descent (integer histogram counts are order-independent, hence deterministic); the kept
-// blocks are then written by a block-wide exclusive scan over contiguous per-thread ranges.
-// Every column of the output row is written.
+// kSelectThreads threads of the calling CTA (narrow tables: select_row_topk_by_rank). The K-th
+// largest key is found exactly by an 8-bit radix descent (integer histogram counts are
+// order-independent, hence deterministic); the kept blocks are then written by a block-wide
+// exclusive scan over contiguous per-thread ranges. Every column of the output row is written.
 //
 // Thread ranges cut the block-table capacity, not the row's visible blocks, so the score loads
 // (read once, into registers, bypassing L1) do not wait for the row's sequence length: both are
@@ -87,6 +143,10 @@ struct SelectSmem {
 // max_blocks per row). A radix pass costs two CTA barriers.
 __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64_t h,
                                 SelectSmem& sm) {
+  if (prm.rows.max_blocks <= kSelectThreads) {
+    select_row_topk_by_rank(prm, row, h, sm);
+    return;
+  }
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t T = prm.rows.num_rows;
   const int64_t max_blocks = prm.rows.max_blocks;

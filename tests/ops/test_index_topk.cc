@@ -68,6 +68,7 @@ struct BatchSpec {
   IndexTopkParams params;
   int64_t width = 16;
   int64_t spare_out_rows = 2;  // topk_out rows past T, which must stay untouched
+  int64_t table_cols = 0;      // block-table columns when more than the lengths need
   bool exact = true;
   uint64_t seed = 1;
 };
@@ -108,7 +109,7 @@ Batch make_batch(const BatchSpec& spec, const Device& device) {
     b.rows = num_req * spec.query_len;
   }
 
-  int64_t max_blocks = 1, used_total = 0;
+  int64_t max_blocks = std::max<int64_t>(1, spec.table_cols), used_total = 0;
   for (int64_t s : spec.seq_lens) {
     max_blocks = std::max(max_blocks, ceil_div(s, bs) + 2);
     used_total += ceil_div(s, bs);
@@ -328,6 +329,9 @@ void PrintTo(const SweepCase& c, std::ostream* os) {
       << " heads, query_len " << c.query_len << (c.exact ? ", exact" : ", random");
 }
 
+// Block-table width that takes the CUDA selection's radix path (see the decode sweep).
+constexpr int64_t kWideTable = 300;
+
 class IndexTopkDecodeSweep : public ::testing::TestWithParam<SweepCase> {};
 
 TEST_P(IndexTopkDecodeSweep, MatchesOracleOverContextLengths) {
@@ -343,7 +347,12 @@ TEST_P(IndexTopkDecodeSweep, MatchesOracleOverContextLengths) {
   s.seq_lens = {0, 1, 127, 128, 129, 0, 2047, 2048, 2049, 4100, 0};
   if (c.query_len > 1) s.seq_lens.push_back(3);  // rows before position 0 are padding too
   s.seed = 100 + static_cast<uint64_t>(c.heads * 10 + c.query_len);
-  run_and_check(s);
+  // The CUDA selection counts ranks for block tables of at most 256 columns and runs a radix
+  // descent for wider ones: both, on the same rows.
+  for (int64_t cols : {int64_t{0}, kWideTable}) {
+    s.table_cols = cols;
+    run_and_check(s);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, IndexTopkDecodeSweep,
@@ -441,10 +450,13 @@ TEST(IndexTopk, InitAndLocalBlocksAreForced) {
   s.params.init_blocks = 1;
   s.params.local_blocks = 1;
   s.seed = 12;
-  const TestTensor out = run_and_check(s);
-  // Row 3 is the last row of request 0 (p = 4999, own block 39): blocks 0 and 39 are kept.
-  EXPECT_EQ(out.get({0, 3, 0}), 0.0);
-  EXPECT_EQ(out.get({0, 3, 15}), 39.0);
+  for (int64_t cols : {int64_t{0}, kWideTable}) {  // both CUDA selection paths
+    s.table_cols = cols;
+    const TestTensor out = run_and_check(s);
+    // Row 3 is the last row of request 0 (p = 4999, own block 39): blocks 0 and 39 are kept.
+    EXPECT_EQ(out.get({0, 3, 0}), 0.0);
+    EXPECT_EQ(out.get({0, 3, 15}), 39.0);
+  }
 }
 
 TEST(IndexTopk, InitTierOutranksLocalTierWhenForcedExceedTopk) {
@@ -457,9 +469,12 @@ TEST(IndexTopk, InitTierOutranksLocalTierWhenForcedExceedTopk) {
   s.params.local_blocks = 3;
   s.width = 4;
   s.seed = 13;
-  const TestTensor out = run_and_check(s);
-  // Both init blocks, then the lowest-id local block (17 of 17..19).
-  EXPECT_EQ(out_row(out, 0, 0), (std::vector<int32_t>{0, 1, 17, -1}));
+  for (int64_t cols : {int64_t{0}, kWideTable}) {  // both CUDA selection paths
+    s.table_cols = cols;
+    const TestTensor out = run_and_check(s);
+    // Both init blocks, then the lowest-id local block (17 of 17..19).
+    EXPECT_EQ(out_row(out, 0, 0), (std::vector<int32_t>{0, 1, 17, -1}));
+  }
 }
 
 TEST(IndexTopk, EqualScoresGoToLowerBlockIds) {
@@ -469,21 +484,24 @@ TEST(IndexTopk, EqualScoresGoToLowerBlockIds) {
   s.query_len = 1;
   s.seq_lens = {128 * 30 + 5};
   s.seed = 14;
-  Batch b = make_batch(s, test_device());
-  // Every key identical: all blocks score the same, so blocks 0..14 plus the own block 30.
-  for (int64_t i = 0; i < b.index_cache.numel(); ++i)
-    b.index_cache.set_flat(i, ((i % s.head_dim) % 5 - 2) / 8.0);
-  for (int64_t i = 0; i < b.index_cache.numel(); ++i)
-    b.oracle_in.index_cache[i] = b.index_cache.get_flat(i);
-  upload_all(b);
-  ASSERT_TRUE(run_batch(b, b.topk_out.view(), Stream()).ok());
-  b.topk_out.download();
-  std::vector<int32_t> want;
-  for (int32_t i = 0; i < 15; ++i) want.push_back(i);
-  want.push_back(30);
-  for (int64_t h = 0; h < 2; ++h) {
-    EXPECT_EQ(out_row(b.topk_out, h, 0), want);
-    EXPECT_EQ(oracle::index_topk_row(b.oracle_in, 0, h), want);
+  for (int64_t cols : {int64_t{0}, kWideTable}) {  // both CUDA selection paths
+    s.table_cols = cols;
+    Batch b = make_batch(s, test_device());
+    // Every key identical: all blocks score the same, so blocks 0..14 plus the own block 30.
+    for (int64_t i = 0; i < b.index_cache.numel(); ++i)
+      b.index_cache.set_flat(i, ((i % s.head_dim) % 5 - 2) / 8.0);
+    for (int64_t i = 0; i < b.index_cache.numel(); ++i)
+      b.oracle_in.index_cache[i] = b.index_cache.get_flat(i);
+    upload_all(b);
+    ASSERT_TRUE(run_batch(b, b.topk_out.view(), Stream()).ok());
+    b.topk_out.download();
+    std::vector<int32_t> want;
+    for (int32_t i = 0; i < 15; ++i) want.push_back(i);
+    want.push_back(30);
+    for (int64_t h = 0; h < 2; ++h) {
+      EXPECT_EQ(out_row(b.topk_out, h, 0), want);
+      EXPECT_EQ(oracle::index_topk_row(b.oracle_in, 0, h), want);
+    }
   }
 }
 
@@ -495,6 +513,7 @@ TEST(IndexTopk, NanKeysRankBelowRealScores) {
     s.query_len = 1;
     s.seq_lens = {128 * 24 + 1};
     s.seed = 15;
+    s.table_cols = k_dtype == DType::kBF16 ? 0 : kWideTable;  // both CUDA selection paths
     Batch b = make_batch(s, test_device());
     const int64_t di = s.head_dim, bs = s.block_size;
     const std::vector<int32_t>& table = b.oracle_in.block_table;
