@@ -22,9 +22,11 @@
 //   2. index_select_kernel, grid (T, H): exact selection of the min(topk, nvb) best keys (tier,
 //      score, lower id) and an ascending front-packed write, -1 padded. Block tables of at most
 //      256 columns (contexts up to 32K at block 128) count each visible block's rank against the
-//      row's keys in shared memory; wider ones find the K-th key by an 8-bit radix descent. On
-//      the H200 the rank count took the 8K x 1 index call from 19.7 to 12.4 us (same driver,
-//      bench/results/2026-11-29-select-rank-ab/).
+//      row's keys in shared memory; tables up to 4096 columns rank a candidate set cut by a
+//      sampled threshold (select_by_sampled_rank); the rest, and candidate sets that come out too
+//      large, find the K-th key by an 8-bit radix descent. On the H200 the rank count took the
+//      8K x 1 index call from 19.7 to 12.4 us and the sampled one 128K x 1 from 29.9 to 26.6 us
+//      (bench/results/2026-11-29-select-rank-ab/).
 // Both kernels resolve rows through the same RowMap, so padding rows and rows of requests with
 // bad metadata are -1 everywhere. The scorers accumulate in fp32 in a fixed order (SIMT: per
 // lane in dimension order, then a fixed xor butterfly over 8 lanes; MMA: fixed k-step order);

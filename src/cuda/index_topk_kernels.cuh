@@ -77,17 +77,29 @@ struct SelectSmem {
   };
   int32_t warp_sums[kSelectThreads / 32];
   uint32_t digit, remaining, done;
+  uint64_t threshold;
 };
 
-// Exclusive prefix count of `keep` over the CTA's threads in thread order (a warp ballot plus the
-// per-warp totals, one CTA barrier): in the rank path, thread b's slot among the kept blocks.
-__device__ __forceinline__ int32_t kept_prefix(bool keep, SelectSmem& sm) {
+// Exclusive prefix sum of v over the CTA's threads in thread order, and the CTA total (a warp
+// scan plus the per-warp totals, one CTA barrier; warp_sums stays in use until the caller's next
+// barrier).
+__device__ __forceinline__ int32_t exclusive_sum(int32_t v, SelectSmem& sm, int32_t* total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const uint32_t votes = __ballot_sync(0xFFFFFFFFu, keep);
-  if (lane == 0) sm.warp_sums[warp] = __popc(votes);
+  int32_t incl = v;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const int32_t u = __shfl_up_sync(0xFFFFFFFFu, incl, off);
+    if (lane >= off) incl += u;
+  }
+  if (lane == 31) sm.warp_sums[warp] = incl;
   __syncthreads();
-  int32_t offset = __popc(votes & ((1u << lane) - 1u));
-  for (int w = 0; w < warp; ++w) offset += sm.warp_sums[w];
+  int32_t offset = incl - v, sum = 0;
+  for (int w = 0; w < kSelectThreads / 32; ++w) {
+    const int32_t ws = sm.warp_sums[w];
+    if (w < warp) offset += ws;
+    sum += ws;
+  }
+  *total = sum;
   return offset;
 }
 
@@ -122,13 +134,73 @@ __device__ void select_row_topk_by_rank(const IndexSelectParams& prm, int64_t ro
       keep = visible && above < kept;
     }
   }
-  const int32_t offset = kept_prefix(keep, sm);
+  int32_t total = 0;
+  const int32_t offset = exclusive_sum(keep ? 1 : 0, sm, &total);
   int32_t* out = prm.out + h * prm.out_stride_head + row * prm.out_stride_row;
   if (keep) out[offset * prm.out_stride_col] = tid;
   for (int64_t c = kept + tid; c < prm.out_cols; c += kSelectThreads) {
     out[c * prm.out_stride_col] = -1;
   }
   __syncthreads();  // keys and warp_sums are reused by the caller's next row
+}
+
+// Wide tables (more than kSelectThreads columns, keys in registers): the rank count on a
+// candidate set. The first key of every thread's range is a sample; the kept-th largest sample
+// L bounds the row's kept-th largest key from below, so the kept blocks are among the keys >= L
+// (about kept x keys-per-thread of them for unordered scores). Those are packed into shared
+// memory in block order and ranked among themselves as in select_row_topk_by_rank. Returns false,
+// having written nothing, when more than kSelectThreads keys reach L (scores that grow with the
+// block id can do that); the caller then runs the radix descent. Requires nvb > kept.
+template <int P>
+__device__ bool select_by_sampled_rank(const IndexSelectParams& prm, int64_t row, int64_t h,
+                                       const uint64_t (&keys)[P], int64_t per_thread, int64_t nvb,
+                                       int64_t kept, SelectSmem& sm) {
+  const int tid = threadIdx.x;
+  const uint64_t sample = keys[0];  // 0 when this thread's range holds no visible block
+  const int64_t nsamples =
+      min(static_cast<int64_t>(kSelectThreads), (nvb + per_thread - 1) / per_thread);
+  sm.keys[tid] = sample;
+  if (tid == 0) sm.threshold = 0;  // fewer samples than kept blocks: every key is a candidate
+  __syncthreads();
+  if (nsamples >= kept && (tid & ~31) < nsamples) {  // warp-uniform
+    int64_t above = 0;
+    for (int64_t u = 0; u < nsamples; ++u) above += sm.keys[u] > sample ? 1 : 0;
+    if (sample != 0 && above == kept - 1) sm.threshold = sample;
+  }
+  __syncthreads();
+  const uint64_t lower = sm.threshold;
+  int32_t count = 0;
+#pragma unroll
+  for (int i = 0; i < P; ++i) count += (keys[i] != 0 && keys[i] >= lower) ? 1 : 0;
+  int32_t candidates = 0;
+  int32_t slot = exclusive_sum(count, sm, &candidates);
+  if (candidates > kSelectThreads) {
+    __syncthreads();  // warp_sums
+    return false;
+  }
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    if (keys[i] != 0 && keys[i] >= lower) sm.keys[slot++] = keys[i];
+  }
+  __syncthreads();
+  const uint64_t key = tid < candidates ? sm.keys[tid] : 0;
+  bool keep = false;
+  if ((tid & ~31) < candidates) {  // warp-uniform
+    int64_t above = 0;
+    for (int64_t u = 0; u < candidates; ++u) above += sm.keys[u] > key ? 1 : 0;
+    keep = tid < candidates && above < kept;
+  }
+  int32_t total = 0;
+  const int32_t offset = exclusive_sum(keep ? 1 : 0, sm, &total);
+  int32_t* out = prm.out + h * prm.out_stride_head + row * prm.out_stride_row;
+  if (keep) {
+    out[offset * prm.out_stride_col] = static_cast<int32_t>(0x3FFFFFFFull - (key & 0x3FFFFFFFull));
+  }
+  for (int64_t c = kept + tid; c < prm.out_cols; c += kSelectThreads) {
+    out[c * prm.out_stride_col] = -1;
+  }
+  __syncthreads();  // keys and warp_sums are reused by the caller's next row
+  return true;
 }
 
 // The kept blocks of one (row, head), written in ascending id order with -1 padding, by all
@@ -191,6 +263,10 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
     }
   };
 
+  if (cached && nvb > kept) {
+    if (select_by_sampled_rank(prm, row, h, keys, per_thread, nvb, kept, sm)) return;
+    sm.hist[0][tid] = 0;  // the sampled pass used the same shared memory
+  }
   uint64_t threshold = 0;  // keep every block with key >= threshold
   if (nvb > kept) {
     uint64_t prefix = 0, mask = 0;
@@ -244,16 +320,8 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
 
   int32_t count = 0;
   for_each_key([&](int64_t, uint64_t key) { count += key >= threshold; });
-  int32_t incl = count;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const int32_t v = __shfl_up_sync(0xFFFFFFFFu, incl, off);
-    if (lane >= off) incl += v;
-  }
-  if (lane == 31) sm.warp_sums[warp] = incl;
-  __syncthreads();
-  int64_t offset = incl - count;
-  for (int w = 0; w < warp; ++w) offset += sm.warp_sums[w];
+  int32_t total = 0;
+  int64_t offset = exclusive_sum(count, sm, &total);
 
   int32_t* out = prm.out + h * prm.out_stride_head + row * prm.out_stride_row;
   for_each_key([&](int64_t b, uint64_t key) {

@@ -540,6 +540,41 @@ TEST(IndexTopk, NanKeysRankBelowRealScores) {
   }
 }
 
+// A wide table (1002 columns: 4 per selecting thread on CUDA) whose every fourth block scores
+// low and the others high: the CUDA selection's sampled candidates (the first block of each
+// thread's range) all score low, so far more than 256 blocks reach their threshold and the radix
+// descent must take over. The kept set is the own block and the 15 lowest-id high blocks.
+TEST(IndexTopk, WideTableWithLowSamplesSelectsExactly) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s;
+  s.query_len = 1;
+  s.seq_lens = {128 * 1000};
+  s.seed = 17;
+  Batch b = make_batch(s, test_device());
+  const int64_t di = s.head_dim, bs = s.block_size;
+  const std::vector<int32_t>& table = b.oracle_in.block_table;
+  for (int64_t d = 0; d < di; ++d) b.index_q.set({0, 0, d}, 0.5);
+  b.oracle_in.index_q.assign(b.oracle_in.index_q.size(), 0.5);
+  for (int64_t blk = 0; blk < 1000; ++blk) {
+    const double v = blk % 4 == 0 ? -0.125 : 0.125;
+    for (int64_t j = 0; j < bs; ++j) {
+      for (int64_t d = 0; d < di; ++d) b.index_cache.set({table[blk], j, d}, v);
+    }
+  }
+  for (int64_t i = 0; i < b.index_cache.numel(); ++i)
+    b.oracle_in.index_cache[i] = b.index_cache.get_flat(i);
+  upload_all(b);
+  ASSERT_TRUE(run_batch(b, b.topk_out.view(), Stream()).ok());
+  b.topk_out.download();
+  std::vector<int32_t> want;
+  for (int32_t blk = 1; want.size() < 15; ++blk) {
+    if (blk % 4 != 0) want.push_back(blk);
+  }
+  want.push_back(999);
+  EXPECT_EQ(out_row(b.topk_out, 0, 0), want);
+  EXPECT_EQ(oracle::index_topk_row(b.oracle_in, 0, 0), want);
+}
+
 TEST(IndexTopk, FewVisibleBlocksSelectsAll) {
   MSA_REQUIRE_TEST_DEVICE();
   BatchSpec s;
