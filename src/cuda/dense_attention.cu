@@ -371,12 +371,12 @@ Status launch(const DenseParams& p, int64_t num_kv_heads, Stream stream) {
   }
   const dim3 grid(static_cast<unsigned int>(p.num_rows), static_cast<unsigned int>(num_kv_heads),
                   static_cast<unsigned int>(p.splits));
-  kernel<<<grid, kThreads, smem, stream_of(stream)>>>(p);
-  MSA_RETURN_IF_ERROR(launch_status("dense_attention_kernel"));
+  MSA_RETURN_IF_ERROR(launch_kernel("dense_attention_kernel", kernel, grid, dim3(kThreads), smem,
+                                    stream_of(stream), p));
   if (p.splits == 1) return Status::Ok();
-  dense_attention_combine_kernel<<<blocks_for(p.num_rows * p.num_q_heads, kWarps), kThreads, 0,
-                                   stream_of(stream)>>>(p);
-  return launch_status("dense_attention_combine_kernel");
+  return launch_kernel("dense_attention_combine_kernel", dense_attention_combine_kernel,
+                       dim3(blocks_for(p.num_rows * p.num_q_heads, kWarps)), dim3(kThreads), 0,
+                       stream_of(stream), p);
 }
 
 template <int DV>

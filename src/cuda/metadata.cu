@@ -296,8 +296,8 @@ Status run(const BatchMetadataArgs& args, Workspace workspace, Stream stream) {
   p.starts = reinterpret_cast<int64_t*>(ws);
   p.valid = reinterpret_cast<int32_t*>(ws + starts_bytes(p.batch));
   p.error_flags = args.error_flags.defined() ? args.error_flags.ptr<int32_t>() : nullptr;
-  metadata_kernel<<<1, kThreads, 0, stream_of(stream)>>>(p);
-  return launch_status("metadata_kernel");
+  return launch_kernel("metadata_kernel", metadata_kernel, dim3(1), dim3(kThreads), 0,
+                       stream_of(stream), p);
 }
 
 }  // namespace cuda

@@ -167,9 +167,8 @@ Status run(const SparsePage16Args& args, Workspace, Stream stream) {
     return detail::not_supported("sparse_page16: topk.shape[2] = " + std::to_string(p.topk_k) +
                                  " exceeds the CUDA kernel's limit of 3072 columns");
   }
-  page16_kernel<<<blocks_for(p.num_rows, kWarpsPerBlock), kWarpsPerBlock * 32, smem,
-                  stream_of(stream)>>>(p);
-  return launch_status("page16_kernel");
+  return launch_kernel("page16_kernel", page16_kernel, dim3(blocks_for(p.num_rows, kWarpsPerBlock)),
+                       dim3(kWarpsPerBlock * 32), smem, stream_of(stream), p);
 }
 
 }  // namespace cuda

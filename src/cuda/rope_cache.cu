@@ -43,9 +43,9 @@ Status run(const RopeCacheArgs& args, Workspace, Stream stream) {
   constexpr int kThreads = 256;
   // Grid-stride loop: the grid is capped so huge tables do not need a huge grid.
   const unsigned int blocks = std::min<unsigned int>(blocks_for(n, kThreads), 65536u);
-  rope_cache_kernel<<<blocks, kThreads, 0, stream_of(stream)>>>(
-      t.ptr<float>(), t.strides[0], t.strides[1], max_pos, rotary_dim, args.theta);
-  return launch_status("rope_cache_kernel");
+  return launch_kernel("rope_cache_kernel", rope_cache_kernel, dim3(blocks), dim3(kThreads), 0,
+                       stream_of(stream), t.ptr<float>(), t.strides[0], t.strides[1], max_pos,
+                       rotary_dim, args.theta);
 }
 
 }  // namespace cuda

@@ -127,13 +127,12 @@ Status check_supported(const AttnProblem& pb) {
 }
 
 template <typename CacheT>
-void launch_attention(const SparseAttnParams& prm, int64_t head_dim, dim3 grid,
-                      cudaStream_t stream) {
-  if (head_dim == 64) {
-    sparse_attention_kernel<CacheT, 64><<<grid, kAttnThreads, 0, stream>>>(prm);
-  } else {
-    sparse_attention_kernel<CacheT, 128><<<grid, kAttnThreads, 0, stream>>>(prm);
-  }
+Status launch_attention(const SparseAttnParams& prm, int64_t head_dim, dim3 grid,
+                        cudaStream_t stream) {
+  return launch_kernel(
+      "sparse_attention_kernel",
+      head_dim == 64 ? sparse_attention_kernel<CacheT, 64> : sparse_attention_kernel<CacheT, 128>,
+      grid, dim3(kAttnThreads), 0, stream, prm);
 }
 
 Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
@@ -222,23 +221,22 @@ Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
                   static_cast<unsigned>(p.splits));
   switch (pb.kv.k.dtype) {
     case DType::kBF16:
-      launch_attention<__nv_bfloat16>(prm, pb.head_dim(), grid, cuda_stream);
+      MSA_RETURN_IF_ERROR(launch_attention<__nv_bfloat16>(prm, pb.head_dim(), grid, cuda_stream));
       break;
     case DType::kF16:
-      launch_attention<__half>(prm, pb.head_dim(), grid, cuda_stream);
+      MSA_RETURN_IF_ERROR(launch_attention<__half>(prm, pb.head_dim(), grid, cuda_stream));
       break;
     default:
-      launch_attention<uint8_t>(prm, pb.head_dim(), grid, cuda_stream);
+      MSA_RETURN_IF_ERROR(launch_attention<uint8_t>(prm, pb.head_dim(), grid, cuda_stream));
       break;
   }
-  MSA_RETURN_IF_ERROR(launch_status("sparse_attention_kernel"));
   if (p.splits == 1) return Status::Ok();
   const dim3 merge_grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.q_heads()));
   // splits <= kAttnMaxSplits (see plan), so the split LSEs fit the default shared memory.
-  sparse_attention_merge_kernel<<<merge_grid, static_cast<unsigned>(pb.head_dim()),
-                                  static_cast<size_t>(p.splits) * sizeof(float), cuda_stream>>>(
-      prm, static_cast<int>(pb.head_dim()));
-  return launch_status("sparse_attention_merge_kernel");
+  return launch_kernel("sparse_attention_merge_kernel", sparse_attention_merge_kernel, merge_grid,
+                       dim3(static_cast<unsigned>(pb.head_dim())),
+                       static_cast<size_t>(p.splits) * sizeof(float), cuda_stream, prm,
+                       static_cast<int>(pb.head_dim()));
 }
 
 AttnProblem decode_problem(const SparseAttentionDecodeArgs& a) {
