@@ -234,7 +234,6 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
       raw[i] = __ldcg(scores + min(begin + i, max_blocks - 1));
     }
   }
-  sm.hist[0][tid] = 0;
 
   const RowInfo info = resolve_row(prm.rows, row, nullptr);
   const int64_t pos = info.pos_base + row;
@@ -265,12 +264,14 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
 
   if (cached && nvb > kept) {
     if (select_by_sampled_rank(prm, row, h, keys, per_thread, nvb, kept, sm)) return;
-    sm.hist[0][tid] = 0;  // the sampled pass used the same shared memory
   }
   uint64_t threshold = 0;  // keep every block with key >= threshold
   if (nvb > kept) {
     uint64_t prefix = 0, mask = 0;
     uint32_t remaining = static_cast<uint32_t>(kept);
+    // Cleared here, not earlier: the sampled pass shares this memory (keys) and ends with a
+    // barrier.
+    sm.hist[0][tid] = 0;
     __syncthreads();  // hist[0] is clear
     for (int shift = 56, buf = 0; shift >= 0; shift -= 8, buf ^= 1) {
       uint32_t* hist = sm.hist[buf];
