@@ -33,8 +33,9 @@ struct IndexLaunchPlan {
 // CTA at 128K x 1 took 4 waves: 25 us against 15 us in one). Large batches (more blocks than a
 // wave can hold at 32 per CTA) stream in waves of 32-block CTAs, which pay the per-CTA prologue
 // (query load, page ids, barrier) once per 32 blocks. The top-k selection is a second kernel,
-// one CTA per (row, head): fusing it into the last score CTA of a row (completion counter) was
-// measured slower on the H200 at every batch size but the largest (bench/README.md).
+// one CTA per (row, head): fusing it into the last score CTA of a row (completion counter), or
+// into a cooperatively launched score grid after a grid barrier, was measured slower on the
+// H200 (bench/README.md).
 inline IndexLaunchPlan plan_index_launch(int64_t row_tiles, int64_t max_blocks, int sm_count,
                                          int ctas_per_sm) {
   IndexLaunchPlan p;
