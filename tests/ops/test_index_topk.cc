@@ -477,6 +477,17 @@ TEST(IndexTopk, InitTierOutranksLocalTierWhenForcedExceedTopk) {
   }
 }
 
+// For tests that write b.index_cache after make_batch: the oracle gets the same keys, then the
+// batch is uploaded and run and the top-k downloaded.
+void run_with_edited_cache(Batch& b) {
+  for (int64_t i = 0; i < b.index_cache.numel(); ++i)
+    b.oracle_in.index_cache[i] = b.index_cache.get_flat(i);
+  upload_all(b);
+  const Status st = run_batch(b, b.topk_out.view(), Stream());
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  b.topk_out.download();
+}
+
 TEST(IndexTopk, EqualScoresGoToLowerBlockIds) {
   MSA_REQUIRE_TEST_DEVICE();
   BatchSpec s;
@@ -490,11 +501,7 @@ TEST(IndexTopk, EqualScoresGoToLowerBlockIds) {
     // Every key identical: all blocks score the same, so blocks 0..14 plus the own block 30.
     for (int64_t i = 0; i < b.index_cache.numel(); ++i)
       b.index_cache.set_flat(i, ((i % s.head_dim) % 5 - 2) / 8.0);
-    for (int64_t i = 0; i < b.index_cache.numel(); ++i)
-      b.oracle_in.index_cache[i] = b.index_cache.get_flat(i);
-    upload_all(b);
-    ASSERT_TRUE(run_batch(b, b.topk_out.view(), Stream()).ok());
-    b.topk_out.download();
+    run_with_edited_cache(b);
     std::vector<int32_t> want;
     for (int32_t i = 0; i < 15; ++i) want.push_back(i);
     want.push_back(30);
@@ -528,11 +535,7 @@ TEST(IndexTopk, NanKeysRankBelowRealScores) {
     }
     for (int64_t d = 0; d < di; ++d) b.index_cache.set({table[5], 7, d}, 1.0);
     b.oracle_in.index_q.assign(b.oracle_in.index_q.size(), 0.5);
-    for (int64_t i = 0; i < b.index_cache.numel(); ++i)
-      b.oracle_in.index_cache[i] = b.index_cache.get_flat(i);
-    upload_all(b);
-    ASSERT_TRUE(run_batch(b, b.topk_out.view(), Stream()).ok());
-    b.topk_out.download();
+    run_with_edited_cache(b);
     const std::vector<int32_t> got = out_row(b.topk_out, 0, 0);
     EXPECT_EQ(got, oracle::index_topk_row(b.oracle_in, 0, 0));
     EXPECT_EQ(std::count(got.begin(), got.end(), 3), 0) << row_string(got);
@@ -561,11 +564,7 @@ TEST(IndexTopk, WideTableWithLowSamplesSelectsExactly) {
       for (int64_t d = 0; d < di; ++d) b.index_cache.set({table[blk], j, d}, v);
     }
   }
-  for (int64_t i = 0; i < b.index_cache.numel(); ++i)
-    b.oracle_in.index_cache[i] = b.index_cache.get_flat(i);
-  upload_all(b);
-  ASSERT_TRUE(run_batch(b, b.topk_out.view(), Stream()).ok());
-  b.topk_out.download();
+  run_with_edited_cache(b);
   std::vector<int32_t> want;
   for (int32_t blk = 1; want.size() < 15; ++blk) {
     if (blk % 4 != 0) want.push_back(blk);
