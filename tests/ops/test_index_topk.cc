@@ -329,7 +329,8 @@ void PrintTo(const SweepCase& c, std::ostream* os) {
       << " heads, query_len " << c.query_len << (c.exact ? ", exact" : ", random");
 }
 
-// Block-table width that takes the CUDA selection's radix path (see the decode sweep).
+// Block-table width past the CUDA selection's narrow-table rank count: it takes the sampled
+// candidate path (and the radix descent when that falls back; see the decode sweep).
 constexpr int64_t kWideTable = 300;
 
 class IndexTopkDecodeSweep : public ::testing::TestWithParam<SweepCase> {};
@@ -347,8 +348,8 @@ TEST_P(IndexTopkDecodeSweep, MatchesOracleOverContextLengths) {
   s.seq_lens = {0, 1, 127, 128, 129, 0, 2047, 2048, 2049, 4100, 0};
   if (c.query_len > 1) s.seq_lens.push_back(3);  // rows before position 0 are padding too
   s.seed = 100 + static_cast<uint64_t>(c.heads * 10 + c.query_len);
-  // The CUDA selection counts ranks for block tables of at most 256 columns and runs a radix
-  // descent for wider ones: both, on the same rows.
+  // The CUDA selection counts ranks directly for block tables of at most 256 columns and on a
+  // sampled candidate set for wider ones: both, on the same rows.
   for (int64_t cols : {int64_t{0}, kWideTable}) {
     s.table_cols = cols;
     run_and_check(s);
