@@ -66,35 +66,69 @@ inline BlockRange index_cta_blocks(const IndexLaunchPlan& p, int64_t chunk, int6
 // About two resident 128-thread attention CTAs per SM (about 230 registers per thread).
 constexpr int64_t kAttnCtasPerSm = 2;
 constexpr int64_t kAttnWarpsPerCta = 4;
-// Splits of one row (the merge kernel keeps their LSEs in shared memory).
+// Splits of one row merged by the merge kernel (which keeps their LSEs in shared memory).
 constexpr int64_t kAttnMaxSplits = 64;
+// Splits of one row run as one thread-block cluster: Hopper's largest (non-portable) size.
+constexpr int64_t kAttnMaxClusterSplits = 16;
 
 struct AttnLaunchPlan {
   int64_t rows = 0;
-  int64_t splits = 1;              // grid.z; > 1: partials combined by a merge kernel
+  int64_t splits = 1;              // grid.z; > 1: the partials are merged, in-cluster or by kernel
   int64_t subtiles_per_split = 0;  // 16-key subtiles of the row's selected-block list per split
+  bool cluster = false;            // the splits of a row are one cluster (cluster z = splits >= 2)
 };
+
+// What the device can run as clusters of the attention kernel: the largest cluster size it
+// schedules (16, 8, or 0 without cluster support) and how many such clusters fit at once
+// (cudaOccupancyMaxActiveClusters: 14 of 16 CTAs on the H200, less than 132 SMs x 2 / 16
+// because a cluster must sit within one GPC).
+struct AttnClusterLimits {
+  int64_t max_splits = 0;
+  int64_t resident = 0;
+};
+
+// Longest split of an in-cluster plan: two subtiles per warp. With more, each warp waits for its
+// subtiles one after another (its next subtile's loads are its only ones in flight), and 8-CTA
+// clusters of 16 subtiles each were slower at batch 1 than 32 short splits plus the merge kernel
+// (18.3 against 15.7 us on the H200).
+constexpr int64_t kAttnClusterMaxSubtiles = 2 * kAttnWarpsPerCta;
 
 // A row has at most max_subtiles 16-key subtiles (topk_width * block_size / 16). When rows x KV
 // heads x head chunks gives fewer than kAttnCtasPerSm CTAs per SM (small decode batches), that
 // range is cut into equal splits (a multiple of 4 subtiles each, one per warp) so the total stays
-// within one resident wave (a second, partial wave would double the latency chain of the call),
-// and at most kAttnMaxSplits pieces; a merge kernel combines them.
+// within one resident wave (a second, partial wave would double the latency chain of the call).
+// The splits of a row are one cluster, merged through distributed shared memory, when the
+// device's largest cluster cuts the row into splits of at most kAttnClusterMaxSubtiles and one
+// cluster per (row, head group) fits in one wave of clusters (batch 1-8 at TP4 shapes on the
+// H200): one kernel instead of two, which took the batch-1 attention stage from 15.7 to 13.7 us.
+// Otherwise the pieces (at most kAttnMaxSplits) are combined by a merge kernel: at batch 16-64
+// the cluster cuts were slower, because 16-CTA clusters only fit 14 at a time and smaller ones
+// mean longer splits (bench/results/2026-11-30-cluster-merge-ab/).
 inline AttnLaunchPlan plan_attention_launch(int64_t rows, int64_t head_groups, int64_t max_subtiles,
-                                            int sm_count) {
+                                            int sm_count, AttnClusterLimits clusters = {}) {
   AttnLaunchPlan p;
   p.rows = rows;
   p.subtiles_per_split = max_subtiles;
   const int64_t wanted = kAttnCtasPerSm * std::max(sm_count, 1);
   const int64_t ctas = rows * head_groups;
   if (ctas == 0 || ctas >= wanted || max_subtiles <= kAttnWarpsPerCta) return p;
-  const int64_t want = wanted / ctas;
+  // Equal pieces of a whole number of warps' subtiles.
+  auto per_split = [&](int64_t pieces) {
+    const int64_t per = (max_subtiles + pieces - 1) / pieces;
+    return (per + kAttnWarpsPerCta - 1) / kAttnWarpsPerCta * kAttnWarpsPerCta;
+  };
+  const int64_t cluster = std::min(clusters.max_splits, kAttnMaxClusterSplits);
+  if (cluster > 1 && ctas <= clusters.resident && ctas * cluster <= wanted &&
+      per_split(cluster) <= kAttnClusterMaxSubtiles) {
+    p.subtiles_per_split = per_split(cluster);
+    p.splits = (max_subtiles + p.subtiles_per_split - 1) / p.subtiles_per_split;
+    p.cluster = true;
+    return p;
+  }
+  const int64_t want = std::min(wanted / ctas, kAttnMaxSplits);
   if (want <= 1) return p;
-  int64_t per = std::max((max_subtiles + want - 1) / want,
-                         (max_subtiles + kAttnMaxSplits - 1) / kAttnMaxSplits);
-  per = (per + kAttnWarpsPerCta - 1) / kAttnWarpsPerCta * kAttnWarpsPerCta;
-  p.subtiles_per_split = per;
-  p.splits = (max_subtiles + per - 1) / per;
+  p.subtiles_per_split = per_split(want);
+  p.splits = (max_subtiles + p.subtiles_per_split - 1) / p.subtiles_per_split;
   return p;
 }
 

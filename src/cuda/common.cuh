@@ -121,6 +121,43 @@ Status launch_kernel(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3
   return launch_status(name);
 }
 
+// Launches `kernel` in thread-block clusters of `cluster` CTAs (each grid dimension a multiple of
+// the cluster's). Clusters above the portable 8 CTAs need the kernel's non-portable attribute,
+// set here; whether the device can schedule them is the caller's question
+// (cudaOccupancyMaxActiveClusters).
+template <typename... KArgs, typename... Args>
+Status launch_kernel_clustered(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+                               size_t smem, cudaStream_t stream, dim3 cluster,
+                               const Args&... args) {
+  if (cluster.x * cluster.y * cluster.z > 8) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return Status(StatusCode::kCudaError,
+                    std::string(name) + ": clusters above 8 CTAs: " + cudaGetErrorString(e));
+    }
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = cluster.x;
+  attribute.val.clusterDim.y = cluster.y;
+  attribute.val.clusterDim.z = cluster.z;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status(StatusCode::kCudaError, std::string(name) + ": " + cudaGetErrorString(e));
+  }
+  return launch_status(name);
+}
+
 // Multiprocessors of the current device (the launch policy's unit of parallelism).
 inline int device_sm_count() {
   int dev = 0, n = 0;

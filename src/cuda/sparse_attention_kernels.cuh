@@ -1,14 +1,17 @@
 // Device code of sparse attention (spec A5): a tensor-core (mma.sync m16n8k16) kernel with the
-// q heads of a GQA group as the M dimension, and the split-K LSE merge. Launchers and the work
-// decomposition rationale are in sparse_attention.cu.
+// q heads of a GQA group as the M dimension, and the split-K LSE merge (in-cluster through
+// distributed shared memory, or a merge kernel). Launchers and the work decomposition rationale
+// are in sparse_attention.cu.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <cstdint>
 
+#include "core/launch_policy.h"
 #include "cuda/common.cuh"
 #include "cuda/row_map.cuh"
 #include "msa/cache.h"
@@ -50,7 +53,8 @@ struct SparseAttnParams {
   int64_t out_stride_row, out_stride_head;
   float* lse;  // optional [T, Hq], natural log
   int64_t lse_stride_row, lse_stride_head;
-  float* part_out;  // [splits, T, Hq, D] when splits > 1
+  bool cluster;     // splits > 1: merged in-cluster (true) or by the merge kernel
+  float* part_out;  // [splits, T, Hq, D] for the merge kernel
   float* part_lse;  // [splits, T, Hq], log2 domain
   int32_t* error_flags;
 };
@@ -192,6 +196,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   __shared__ int32_t s_nsel;
   __shared__ float s_m[kAttnWarps][kAttnHeads];
   __shared__ float s_l[kAttnWarps][kAttnHeads];
+  __shared__ float s_lse[kAttnHeads];  // the CTA's log2-sum-exp per head
   // Per-warp outputs, row h = head: lane (g, c) stores the pair {dim da, dim da + 8} of n-tile n
   // as one float2 at 8n + 2c. The row stride D + 8 puts the 16 lanes of a half-warp on distinct
   // banks (a plain [h][d] layout had a 16-way conflict on these stores).
@@ -525,7 +530,6 @@ __global__ void __launch_bounds__(kAttnThreads)
 
   // Thread t sums dim t % D of heads t / D, t / D + kHeadStep, ...: all its shared-memory reads
   // are independent and issued together, and a warp's global stores are contiguous.
-  const int64_t T = prm.rows.num_rows;
   constexpr int kHeadStep = kAttnThreads / D;
   constexpr int kHeadsPerThread = kAttnHeads / kHeadStep;
   const int d = tid % D;
@@ -536,34 +540,93 @@ __global__ void __launch_bounds__(kAttnThreads)
     const int hh = tid / D + k * kHeadStep;
     o[k] = ((s_red[0][hh][col] + s_red[1][hh][col]) + s_red[2][hh][col]) + s_red[3][hh][col];
   }
-#pragma unroll
-  for (int k = 0; k < kHeadsPerThread; ++k) {
-    const int hh = tid / D + k * kHeadStep;
-    if (hh >= nh) break;
-    const int64_t head = head0 + hh;
-    if (prm.splits == 1) {
-      store_from_float(prm.out, prm.out_dtype,
-                       row * prm.out_stride_row + head * prm.out_stride_head + d, o[k]);
-    } else {
-      prm.part_out[((split * T + row) * prm.num_q_heads + head) * D + d] = o[k];
-    }
-  }
-  for (int hh = tid; hh < nh; hh += kAttnThreads) {
+  if (tid < kAttnHeads) {
+    const int hh = tid;
     float m_all = -INFINITY;
     for (int w = 0; w < kAttnWarps; ++w) m_all = fmaxf(m_all, s_m[w][hh]);
     const float m_use = m_all == -INFINITY ? 0.0f : m_all;
     float l_all = 0.0f;
     for (int w = 0; w < kAttnWarps; ++w) l_all += s_l[w][hh] * exp2f(s_m[w][hh] - m_use);
-    const float lse2 = l_all > 0.0f ? m_all + log2f(l_all) : -INFINITY;
-    const int64_t head = head0 + hh;
-    if (prm.splits == 1) {
-      if (prm.lse != nullptr) {
-        prm.lse[row * prm.lse_stride_row + head * prm.lse_stride_head] = lse2 * kLn2;
+    s_lse[hh] = l_all > 0.0f ? m_all + log2f(l_all) : -INFINITY;
+  }
+  if (prm.splits == 1) {
+    // s_lse[tid] was written by this thread.
+#pragma unroll
+    for (int k = 0; k < kHeadsPerThread; ++k) {
+      const int hh = tid / D + k * kHeadStep;
+      if (hh >= nh) break;
+      store_from_float(prm.out, prm.out_dtype,
+                       row * prm.out_stride_row + (head0 + hh) * prm.out_stride_head + d, o[k]);
+    }
+    if (tid < nh && prm.lse != nullptr) {
+      prm.lse[row * prm.lse_stride_row + (head0 + tid) * prm.lse_stride_head] = s_lse[tid] * kLn2;
+    }
+    return;
+  }
+
+  if (!prm.cluster) {
+    // The merge kernel combines the normalised partials and their log2-sum-exps.
+    const int64_t T = prm.rows.num_rows;
+#pragma unroll
+    for (int k = 0; k < kHeadsPerThread; ++k) {
+      const int hh = tid / D + k * kHeadStep;
+      if (hh >= nh) break;
+      prm.part_out[((split * T + row) * prm.num_q_heads + head0 + hh) * D + d] = o[k];
+    }
+    if (tid < nh) prm.part_lse[(split * T + row) * prm.num_q_heads + head0 + tid] = s_lse[tid];
+    return;
+  }
+
+  // In-cluster merge: the splits of a (row, head chunk) are one thread-block cluster (grid.z =
+  // cluster z = splits). Each CTA leaves its normalised partial (in s_red[0], free once every
+  // thread has read its sums) and log2-sum-exps in shared memory; after the cluster barrier,
+  // split r combines heads r, r + splits, ... from all splits in ascending split order, with the
+  // merge kernel's arithmetic (so both give the same bits for the same splits).
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < kHeadsPerThread; ++k) s_red[0][tid / D + k * kHeadStep][d] = o[k];
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  const int splits = prm.splits;
+  constexpr int kMaxSplits = static_cast<int>(detail::kAttnMaxClusterSplits);
+  for (int hh = split + (tid / D) * splits; hh < nh; hh += kHeadStep * splits) {
+    // Every split's values are loaded before any is used (split index clamped; see "Issuing
+    // loads" in common.cuh), so the combine costs one distributed-shared-memory round trip.
+    float part_lse[kMaxSplits], part_o[kMaxSplits];
+#pragma unroll
+    for (int s = 0; s < kMaxSplits; ++s) {
+      const unsigned src = static_cast<unsigned>(min(s, splits - 1));
+      part_lse[s] = cluster.map_shared_rank(&s_lse[0], src)[hh];
+      part_o[s] = cluster.map_shared_rank(&s_red[0][0][0], src)[hh * (D + 8) + d];
+    }
+    float m_all = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < kMaxSplits; ++s) {
+      if (s < splits) m_all = fmaxf(m_all, part_lse[s]);
+    }
+    float out = 0.0f, lse = -INFINITY;
+    if (m_all != -INFINITY) {
+      float w_sum = 0.0f;
+#pragma unroll
+      for (int s = 0; s < kMaxSplits; ++s) {
+        if (s < splits) {
+          const float w = exp2f(part_lse[s] - m_all);
+          w_sum += w;
+          out += w * part_o[s];
+        }
       }
-    } else {
-      prm.part_lse[(split * T + row) * prm.num_q_heads + head] = lse2;
+      out /= w_sum;
+      lse = (m_all + log2f(w_sum)) * kLn2;
+    }
+    store_from_float(prm.out, prm.out_dtype,
+                     row * prm.out_stride_row + (head0 + hh) * prm.out_stride_head + d, out);
+    if (d == 0 && prm.lse != nullptr) {
+      prm.lse[row * prm.lse_stride_row + (head0 + hh) * prm.lse_stride_head] = lse;
     }
   }
+  // No CTA may exit while another still reads its shared memory.
+  cluster.sync();
 }
 
 // Combines the splits of one (row, q head) in ascending split order: out = sum_s w_s o_s / sum w,

@@ -104,12 +104,13 @@ TEST(LaunchPolicy, IndexCoversEveryBlockExactlyOnce) {
 
 TEST(LaunchPolicy, AttentionSplitsSmallBatchesWithinOneWave) {
   // M3 TP4 decode: 16 q heads on 1 KV head = 1 head group; top-16 of 128-token blocks = 128
-  // subtiles per row.
+  // subtiles per row. No clusters: every split plan uses the merge kernel.
   const int64_t sub = 16 * 128 / 16;
   // Batch 1: 32 splits of 4 subtiles (one per warp) within the 264-CTA target.
   AttnLaunchPlan p = plan_attention_launch(1, 1, sub, kH200Sms);
   EXPECT_EQ(p.splits, 32);
   EXPECT_EQ(p.subtiles_per_split, 4);
+  EXPECT_FALSE(p.cluster);
   p = plan_attention_launch(16, 1, sub, kH200Sms);  // batch 16: 16 rows x 16 splits = 256 CTAs
   EXPECT_EQ(p.splits, 16);
   EXPECT_LE(p.rows * p.splits, kAttnCtasPerSm * kH200Sms);
@@ -130,22 +131,71 @@ TEST(LaunchPolicy, AttentionSplitsSmallBatchesWithinOneWave) {
   }
 }
 
+TEST(LaunchPolicy, AttentionMergesInClusterWhereOneWaveOfClustersHoldsTheBatch) {
+  const int64_t sub = 16 * 128 / 16;
+  // The H200 keeps 14 clusters of 16 attention CTAs resident.
+  const AttnClusterLimits h200{16, 14};
+  // Batch 1 and 4 (also 1 x 4 speculative rows): one cluster of 16 splits of 8 subtiles per row.
+  for (int64_t rows : {1, 4, 14}) {
+    const AttnLaunchPlan p = plan_attention_launch(rows, 1, sub, kH200Sms, h200);
+    EXPECT_TRUE(p.cluster) << rows;
+    EXPECT_EQ(p.splits, 16) << rows;
+    EXPECT_EQ(p.subtiles_per_split, 8) << rows;
+  }
+  // Batch 16: 16 clusters do not fit at once; the merge kernel plan (16 splits of 8).
+  AttnLaunchPlan p = plan_attention_launch(16, 1, sub, kH200Sms, h200);
+  EXPECT_FALSE(p.cluster);
+  EXPECT_EQ(p.splits, 16);
+  // Batch 64: 4 merge-kernel splits, as without clusters.
+  p = plan_attention_launch(64, 1, sub, kH200Sms, h200);
+  EXPECT_FALSE(p.cluster);
+  EXPECT_EQ(p.splits, 4);
+  // Only 8-CTA clusters: splits of 16 subtiles would be too long, so the merge kernel.
+  p = plan_attention_launch(1, 1, sub, kH200Sms, AttnClusterLimits{8, 30});
+  EXPECT_FALSE(p.cluster);
+  EXPECT_EQ(p.splits, 32);
+  // ... but a top-8 row (64 subtiles) fits 8 splits of 8.
+  p = plan_attention_launch(1, 1, sub / 2, kH200Sms, AttnClusterLimits{8, 30});
+  EXPECT_TRUE(p.cluster);
+  EXPECT_EQ(p.splits, 8);
+  // A short row: a cluster of as many splits as it has 4-subtile pieces.
+  p = plan_attention_launch(1, 1, 6, kH200Sms, h200);
+  EXPECT_TRUE(p.cluster);
+  EXPECT_EQ(p.splits, 2);
+  EXPECT_EQ(p.subtiles_per_split, 4);
+  // Cluster plans never exceed the cluster size or the per-split limit.
+  for (int64_t rows = 1; rows <= 300; ++rows) {
+    for (int64_t s : {5, 16, 64, 128, 256}) {
+      const AttnLaunchPlan q = plan_attention_launch(rows, 1, s, kH200Sms, h200);
+      if (!q.cluster) continue;
+      EXPECT_LE(rows, h200.resident) << rows;
+      EXPECT_GE(q.splits, 2) << rows << " " << s;
+      EXPECT_LE(q.splits, h200.max_splits) << rows << " " << s;
+      EXPECT_LE(q.subtiles_per_split, kAttnClusterMaxSubtiles) << rows << " " << s;
+    }
+  }
+}
+
 TEST(LaunchPolicy, AttentionCoversEverySubtileExactlyOnce) {
   for (int sms : {1, 16, 132}) {
     for (int64_t rows : {1, 2, 3, 5, 16, 64, 100, 264, 1000}) {
       for (int64_t groups : {1, 2, 8}) {
         for (int64_t sub : {1, 4, 8, 100, 128, 2048}) {
-          const AttnLaunchPlan p = plan_attention_launch(rows, groups, sub, sms);
-          ASSERT_GE(p.splits, 1);
-          std::vector<int> owners(static_cast<size_t>(sub), 0);
-          for (int64_t s = 0; s < p.splits; ++s) {
-            const BlockRange r = attention_split_subtiles(p, s, sub);
-            EXPECT_LT(r.begin, r.end) << "empty split " << s;
-            for (int64_t i = r.begin; i < r.end; ++i) ++owners[static_cast<size_t>(i)];
-          }
-          for (int64_t i = 0; i < sub; ++i) {
-            ASSERT_EQ(owners[static_cast<size_t>(i)], 1)
-                << "subtile " << i << " rows " << rows << " groups " << groups << " sms " << sms;
+          for (const AttnClusterLimits limits :
+               {AttnClusterLimits{}, AttnClusterLimits{8, 30}, AttnClusterLimits{16, 14}}) {
+            const AttnLaunchPlan p = plan_attention_launch(rows, groups, sub, sms, limits);
+            ASSERT_GE(p.splits, 1);
+            std::vector<int> owners(static_cast<size_t>(sub), 0);
+            for (int64_t s = 0; s < p.splits; ++s) {
+              const BlockRange r = attention_split_subtiles(p, s, sub);
+              EXPECT_LT(r.begin, r.end) << "empty split " << s;
+              for (int64_t i = r.begin; i < r.end; ++i) ++owners[static_cast<size_t>(i)];
+            }
+            for (int64_t i = 0; i < sub; ++i) {
+              ASSERT_EQ(owners[static_cast<size_t>(i)], 1)
+                  << "subtile " << i << " rows " << rows << " groups " << groups << " sms " << sms
+                  << " cluster limit " << limits.max_splits;
+            }
           }
         }
       }
