@@ -103,7 +103,7 @@ constexpr int64_t kAttnClusterMaxSubtiles = 2 * kAttnWarpsPerCta;
 // H200): one kernel instead of two, which took the batch-1 attention stage from 15.7 to 13.7 us.
 // Otherwise the pieces (at most kAttnMaxSplits) are combined by a merge kernel: at batch 16-64
 // the cluster cuts were slower, because 16-CTA clusters only fit 14 at a time and smaller ones
-// mean longer splits (bench/results/2026-11-30-cluster-merge-ab/).
+// mean longer splits (bench/results/2026-11-29-cluster-merge-ab/).
 inline AttnLaunchPlan plan_attention_launch(int64_t rows, int64_t head_groups, int64_t max_subtiles,
                                             int sm_count, AttnClusterLimits clusters = {}) {
   AttnLaunchPlan p;
