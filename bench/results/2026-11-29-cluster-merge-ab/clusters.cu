@@ -10,8 +10,11 @@ int main() {
     cfg.blockDim = dim3(128);
     cudaLaunchAttribute a = {};
     a.id = cudaLaunchAttributeClusterDimension;
-    a.val.clusterDim.x = 1; a.val.clusterDim.y = 1; a.val.clusterDim.z = cs;
-    cfg.attrs = &a; cfg.numAttrs = 1;
+    a.val.clusterDim.x = 1;
+    a.val.clusterDim.y = 1;
+    a.val.clusterDim.z = cs;
+    cfg.attrs = &a;
+    cfg.numAttrs = 1;
     int n = -1;
     cudaError_t e = cudaOccupancyMaxActiveClusters(&n, k, &cfg);
     printf("cluster %2d: max active clusters %d (%s)\n", cs, n, cudaGetErrorString(e));
