@@ -80,11 +80,10 @@ struct SelectSmem {
   uint64_t threshold;
 };
 
-// Exclusive prefix sum of v over the CTA's threads in thread order, and the CTA total when asked
-// (a warp scan plus the per-warp totals, one CTA barrier; warp_sums stays in use until the
-// caller's next barrier).
-__device__ __forceinline__ int32_t exclusive_sum(int32_t v, SelectSmem& sm,
-                                                 int32_t* total = nullptr) {
+// Exclusive prefix sum of v over the CTA's threads in thread order, and the CTA total (a warp
+// scan plus the per-warp totals, one CTA barrier; warp_sums stays in use until the caller's next
+// barrier).
+__device__ __forceinline__ int32_t exclusive_sum(int32_t v, SelectSmem& sm, int32_t* total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int32_t incl = v;
 #pragma unroll
@@ -100,41 +99,15 @@ __device__ __forceinline__ int32_t exclusive_sum(int32_t v, SelectSmem& sm,
     if (w < warp) offset += ws;
     sum += ws;
   }
-  if (total != nullptr) *total = sum;
+  *total = sum;
   return offset;
 }
 
-// The common end of the rank-count paths: sm.keys[0, n) holds n keys in block order (0 = no
-// block; keys are distinct otherwise), written before the caller's last barrier. A key is kept
-// when fewer than `kept` keys exceed it, so exactly min(kept, keys present) are; thread t ranks
-// key t with n broadcast reads (warps past n skip the count), and the kept blocks are written in
-// ascending id order (the id is in the key's low 30 bits), then -1 from column kept on. Ends
-// with a barrier: sm is free for the caller's next row.
-__device__ void write_ranked_blocks(const IndexSelectParams& prm, int64_t row, int64_t h, int64_t n,
-                                    int64_t kept, SelectSmem& sm) {
-  const int tid = threadIdx.x;
-  const uint64_t key = tid < n ? sm.keys[tid] : 0;
-  bool keep = false;
-  if ((tid & ~31) < n) {  // warp-uniform
-    int64_t above = 0;
-    for (int64_t u = 0; u < n; ++u) above += sm.keys[u] > key ? 1 : 0;
-    keep = key != 0 && above < kept;
-  }
-  const int32_t offset = exclusive_sum(keep ? 1 : 0, sm);
-  int32_t* out = prm.out + h * prm.out_stride_head + row * prm.out_stride_row;
-  if (keep) {
-    out[offset * prm.out_stride_col] = static_cast<int32_t>(0x3FFFFFFFull - (key & 0x3FFFFFFFull));
-  }
-  for (int64_t c = kept + tid; c < prm.out_cols; c += kSelectThreads) {
-    out[c * prm.out_stride_col] = -1;
-  }
-  __syncthreads();
-}
-
 // select_row_topk for block tables of at most kSelectThreads columns: thread b holds block b's
-// key and the rank count picks the kept ones. It costs one pass of nvb broadcast reads per warp
-// that holds a visible block and two CTA barriers, where the radix descent needs two barriers
-// per 8-bit digit it resolves. Same total order, same output.
+// key, and a block is kept when fewer than `kept` keys exceed it (keys are distinct, so exactly
+// min(topk, nvb) are). Counting ranks against the keys in shared memory costs one pass of nvb
+// broadcast reads per warp that holds a visible block and two CTA barriers, where the radix
+// descent needs two barriers per 8-bit digit it resolves. Same total order, same output.
 __device__ void select_row_topk_by_rank(const IndexSelectParams& prm, int64_t row, int64_t h,
                                         SelectSmem& sm) {
   const int tid = threadIdx.x;
@@ -148,16 +121,34 @@ __device__ void select_row_topk_by_rank(const IndexSelectParams& prm, int64_t ro
   const int64_t pos = info.pos_base + row;
   const int64_t nvb = (info.req >= 0 && pos >= 0) ? pos / prm.rows.block_size + 1 : 0;
   const int64_t kept = min(static_cast<int64_t>(prm.topk), nvb);
-  sm.keys[tid] = tid < nvb ? selection_key(raw, tid, nvb, prm.init_blocks, prm.local_blocks) : 0;
-  __syncthreads();
-  write_ranked_blocks(prm, row, h, nvb, kept, sm);
+  const bool visible = tid < nvb;
+  const uint64_t key =
+      visible ? selection_key(raw, tid, nvb, prm.init_blocks, prm.local_blocks) : 0;
+  bool keep = visible;
+  if (nvb > kept) {
+    sm.keys[tid] = key;
+    __syncthreads();
+    if ((tid & ~31) < nvb) {  // warp-uniform: warps without a visible block skip the count
+      int64_t above = 0;
+      for (int64_t u = 0; u < nvb; ++u) above += sm.keys[u] > key ? 1 : 0;
+      keep = visible && above < kept;
+    }
+  }
+  int32_t total = 0;
+  const int32_t offset = exclusive_sum(keep ? 1 : 0, sm, &total);
+  int32_t* out = prm.out + h * prm.out_stride_head + row * prm.out_stride_row;
+  if (keep) out[offset * prm.out_stride_col] = tid;
+  for (int64_t c = kept + tid; c < prm.out_cols; c += kSelectThreads) {
+    out[c * prm.out_stride_col] = -1;
+  }
+  __syncthreads();  // keys and warp_sums are reused by the caller's next row
 }
 
 // Wide tables (more than kSelectThreads columns, keys in registers): the rank count on a
 // candidate set. The first key of every thread's range is a sample; the kept-th largest sample
 // L bounds the row's kept-th largest key from below, so the kept blocks are among the keys >= L
 // (about kept x keys-per-thread of them for unordered scores). Those are packed into shared
-// memory in block order and ranked among themselves (write_ranked_blocks). Returns false,
+// memory in block order and ranked among themselves as in select_row_topk_by_rank. Returns false,
 // having written nothing, when more than kSelectThreads keys reach L (scores that grow with the
 // block id can do that); the caller then runs the radix descent. Requires nvb > kept.
 template <int P>
@@ -192,7 +183,23 @@ __device__ bool select_by_sampled_rank(const IndexSelectParams& prm, int64_t row
     if (keys[i] != 0 && keys[i] >= lower) sm.keys[slot++] = keys[i];
   }
   __syncthreads();
-  write_ranked_blocks(prm, row, h, candidates, kept, sm);
+  const uint64_t key = tid < candidates ? sm.keys[tid] : 0;
+  bool keep = false;
+  if ((tid & ~31) < candidates) {  // warp-uniform
+    int64_t above = 0;
+    for (int64_t u = 0; u < candidates; ++u) above += sm.keys[u] > key ? 1 : 0;
+    keep = tid < candidates && above < kept;
+  }
+  int32_t total = 0;
+  const int32_t offset = exclusive_sum(keep ? 1 : 0, sm, &total);
+  int32_t* out = prm.out + h * prm.out_stride_head + row * prm.out_stride_row;
+  if (keep) {
+    out[offset * prm.out_stride_col] = static_cast<int32_t>(0x3FFFFFFFull - (key & 0x3FFFFFFFull));
+  }
+  for (int64_t c = kept + tid; c < prm.out_cols; c += kSelectThreads) {
+    out[c * prm.out_stride_col] = -1;
+  }
+  __syncthreads();  // keys and warp_sums are reused by the caller's next row
   return true;
 }
 
@@ -314,7 +321,8 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
 
   int32_t count = 0;
   for_each_key([&](int64_t, uint64_t key) { count += key >= threshold; });
-  int64_t offset = exclusive_sum(count, sm);
+  int32_t total = 0;
+  int64_t offset = exclusive_sum(count, sm, &total);
 
   int32_t* out = prm.out + h * prm.out_stride_head + row * prm.out_stride_row;
   for_each_key([&](int64_t b, uint64_t key) {
@@ -368,60 +376,6 @@ struct IndexKeyLoad<uint8_t> {
   using Raw = uint2;
 };
 
-// One request's rows of a score CTA's row tile, [row0, row1), and the last position they see.
-// skip: nothing to score (rows of a padding or bad request, or no row sees the CTA's blocks).
-struct ScoreSegment {
-  RowInfo info;
-  int64_t row1, max_pos;
-  bool skip;
-};
-
-__device__ __forceinline__ ScoreSegment score_segment(const IndexScoreParams& prm, int64_t row0,
-                                                      int64_t tile_end, int64_t b0) {
-  ScoreSegment sg;
-  sg.info = resolve_row(prm.rows, row0,
-                        (threadIdx.x == 0 && blockIdx.y == 0) ? prm.error_flags : nullptr);
-  sg.row1 = min(sg.info.seg_end, tile_end);
-  sg.max_pos = sg.info.pos_base + sg.row1 - 1;  // the segment's last row sees the most
-  sg.skip = sg.info.req < 0 || sg.max_pos < b0 * prm.rows.block_size;
-  return sg;
-}
-
-// The cache page of the tile at in_block of the CTA's block bl (first key key0), or -1 when the
-// warp skips the tile: no row of the segment sees its keys, or its page id is bad (reported once
-// per block; the block keeps score -inf). Warp-uniform.
-__device__ __forceinline__ int64_t score_tile_page(const IndexScoreParams& prm,
-                                                   const int32_t* s_page, int bl, int64_t in_block,
-                                                   int64_t key0, int64_t max_pos, int lane) {
-  if (key0 > max_pos) return -1;
-  const int32_t page = s_page[bl];
-  if (page < 0 || page >= prm.num_cache_blocks) {
-    if (lane == 0 && in_block == 0) raise_error(prm.error_flags, kDeviceErrorBlockId);
-    return -1;
-  }
-  return page;
-}
-
-// Writes the segment's block maxima (block_max[bl * nrh + rh], ordered floats) to the score
-// workspace, for the blocks each row sees. Called after the barrier that ends the scoring.
-__device__ __forceinline__ void write_block_maxima(const IndexScoreParams& prm,
-                                                   const uint32_t* block_max, int64_t row0,
-                                                   int64_t pos_base, int64_t b0, int nblk,
-                                                   int nrh) {
-  const int H = prm.num_heads;
-  const int64_t T = prm.rows.num_rows;
-  const int64_t max_blocks = prm.rows.max_blocks;
-  for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
-    const int bl = i / nrh, rh = i - bl * nrh;
-    const int64_t row = row0 + rh / H;
-    const int64_t pos = pos_base + row;
-    const int64_t b = b0 + bl;
-    if (pos >= 0 && b <= pos / prm.rows.block_size) {
-      prm.scores[((rh % H) * T + row) * max_blocks + b] = unordered_f32(block_max[i]);
-    }
-  }
-}
-
 // One CTA scores up to kMaxScoreBlocks consecutive blocks (blockIdx.y) for one tile of rows
 // (blockIdx.x). Every index key is loaded once and dotted with all (row, head) query vectors of
 // the tile, which sit in shared memory as floats. A warp handles 16-key tiles (4 lane groups x
@@ -442,6 +396,7 @@ __global__ void __launch_bounds__(kScoreThreads, 2) index_score_kernel(const Ind
   const int H = prm.num_heads, Di = prm.head_dim, units = Di / 8;
   const int64_t bs = prm.rows.block_size;
   const int64_t T = prm.rows.num_rows;
+  const int64_t max_blocks = prm.rows.max_blocks;
   const int64_t tile_start = static_cast<int64_t>(blockIdx.x) * prm.rows_per_tile;
   const int64_t tile_end = min(T, tile_start + prm.rows_per_tile);
   const int64_t b0 = static_cast<int64_t>(blockIdx.y) * prm.blocks_per_cta;
@@ -452,14 +407,15 @@ __global__ void __launch_bounds__(kScoreThreads, 2) index_score_kernel(const Ind
     check_cu_seqlens(prm.rows, prm.error_flags);
   }
   for (int64_t row0 = tile_start; row0 < tile_end;) {
-    const ScoreSegment sg = score_segment(prm, row0, tile_end, b0);
-    const RowInfo& info = sg.info;
-    const int64_t max_pos = sg.max_pos;
-    if (sg.skip) {
-      row0 = sg.row1;
+    const RowInfo info = resolve_row(
+        prm.rows, row0, (threadIdx.x == 0 && blockIdx.y == 0) ? prm.error_flags : nullptr);
+    const int64_t row1 = min(info.seg_end, tile_end);
+    const int64_t max_pos = info.pos_base + row1 - 1;  // the segment's last row sees the most
+    if (info.req < 0 || max_pos < b0 * bs) {
+      row0 = row1;
       continue;
     }
-    const int nrh = static_cast<int>(sg.row1 - row0) * H;
+    const int nrh = static_cast<int>(row1 - row0) * H;
     const int nblk = static_cast<int>(min(b0 + prm.blocks_per_cta, max_pos / bs + 1) - b0);
 
     __syncthreads();  // the previous segment is done with q_s and block_max
@@ -484,8 +440,12 @@ __global__ void __launch_bounds__(kScoreThreads, 2) index_score_kernel(const Ind
       const int64_t b = b0 + bl;
       const int64_t in_block = static_cast<int64_t>(ti - bl * tiles_per_block) * kTileKeys;
       const int64_t key0 = b * bs + in_block;
-      const int64_t page = score_tile_page(prm, s_page, bl, in_block, key0, max_pos, lane);
-      if (page < 0) continue;
+      if (key0 > max_pos) continue;  // warp-uniform: no row of the segment sees these keys
+      const int32_t page = s_page[bl];
+      if (page < 0 || page >= prm.num_cache_blocks) {
+        if (lane == 0 && in_block == 0) raise_error(prm.error_flags, kDeviceErrorBlockId);
+        continue;  // the block keeps score -inf
+      }
       const CacheT* kbase =
           cache + page * prm.cache_stride_page + (in_block + grp * KPI) * prm.cache_stride_key;
       Raw raw[KPI][UPL];
@@ -548,8 +508,16 @@ __global__ void __launch_bounds__(kScoreThreads, 2) index_score_kernel(const Ind
       }
     }
     __syncthreads();
-    write_block_maxima(prm, block_max, row0, info.pos_base, b0, nblk, nrh);
-    row0 = sg.row1;
+    for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
+      const int bl = i / nrh, rh = i - bl * nrh;
+      const int64_t row = row0 + rh / H;
+      const int64_t pos = info.pos_base + row;
+      const int64_t b = b0 + bl;
+      if (pos >= 0 && b <= pos / bs) {
+        prm.scores[((rh % H) * T + row) * max_blocks + b] = unordered_f32(block_max[i]);
+      }
+    }
+    row0 = row1;
   }
 }
 
@@ -693,14 +661,15 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
     check_cu_seqlens(prm.rows, prm.error_flags);
   }
   for (int64_t row0 = tile_start; row0 < tile_end;) {
-    const ScoreSegment sg = score_segment(prm, row0, tile_end, b0);
-    const RowInfo& info = sg.info;
-    const int64_t max_pos = sg.max_pos;
-    if (sg.skip) {
-      row0 = sg.row1;
+    const RowInfo info = resolve_row(
+        prm.rows, row0, (threadIdx.x == 0 && blockIdx.y == 0) ? prm.error_flags : nullptr);
+    const int64_t row1 = min(info.seg_end, tile_end);
+    const int64_t max_pos = info.pos_base + row1 - 1;  // the segment's last row sees the most
+    if (info.req < 0 || max_pos < b0 * bs) {
+      row0 = row1;
       continue;
     }
-    const int nrh = static_cast<int>(sg.row1 - row0) * H;
+    const int nrh = static_cast<int>(row1 - row0) * H;
     const int ntq = (nrh + 7) / 8;  // n-tiles of 8 query vectors (the padding ones are zero)
     const int nblk = static_cast<int>(min(b0 + prm.blocks_per_cta, max_pos / bs + 1) - b0);
 
@@ -727,9 +696,12 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
       if (ti >= ntiles) return false;
       const int bl = ti / tiles_per_block;
       const int64_t in_block = static_cast<int64_t>(ti - bl * tiles_per_block) * 16;
-      const int64_t page =
-          score_tile_page(prm, s_page, bl, in_block, (b0 + bl) * bs + in_block, max_pos, lane);
-      if (page < 0) return false;
+      if ((b0 + bl) * bs + in_block > max_pos) return false;  // warp-uniform
+      const int32_t page = s_page[bl];
+      if (page < 0 || page >= prm.num_cache_blocks) {
+        if (lane == 0 && in_block == 0) raise_error(prm.error_flags, kDeviceErrorBlockId);
+        return false;
+      }
       const CacheT* kbase =
           cache + page * prm.cache_stride_page + (in_block + g) * prm.cache_stride_key + tq * 8;
 #pragma unroll
@@ -808,8 +780,16 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
       raw = next;
     }
     __syncthreads();
-    write_block_maxima(prm, block_max, row0, info.pos_base, b0, nblk, nrh);
-    row0 = sg.row1;
+    for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
+      const int bl = i / nrh, rh = i - bl * nrh;
+      const int64_t row = row0 + rh / H;
+      const int64_t pos = info.pos_base + row;
+      const int64_t b = b0 + bl;
+      if (pos >= 0 && b <= pos / bs) {
+        prm.scores[((rh % H) * T + row) * max_blocks + b] = unordered_f32(block_max[i]);
+      }
+    }
+    row0 = row1;
   }
 }
 
