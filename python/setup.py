@@ -92,7 +92,6 @@ def _build_libmsa() -> Path:
         "-DCMAKE_BUILD_TYPE=Release",
         "-DMSA_BUILD_TESTS=OFF",
         "-DMSA_BUILD_TOOLS=OFF",
-        "-DMSA_BUILD_BENCH=OFF",
         f"-DMSA_WITH_CUDA={'ON' if WITH_CUDA else 'OFF'}",
         # libmsa passes std::string across its API, so it must use torch's libstdc++ ABI.
         f"-DCMAKE_CXX_FLAGS={cxx_flags}",

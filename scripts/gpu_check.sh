@@ -3,7 +3,7 @@
 # memcheck and racecheck on a reduced case set, check the machine code is sm_90a, optionally the
 # benchmarks and the Python tests, and print a short summary table last.
 #
-#   scripts/gpu_check.sh [stage ...]     stages: build test sanitize sass bench python engine
+#   scripts/gpu_check.sh [stage ...]     stages: build test sanitize sass python engine
 #                                        (default: build test sanitize sass)
 # Host warnings are not errors here: the GPU machine has a newer g++ than CI, whose -Werror
 # build is the authority on warnings. Logs go to $OUT (default ./gpu_check_out). GoogleTest is
@@ -84,12 +84,6 @@ if has_stage sass; then
   else
     record sass FAIL "no $lib"
   fi
-fi
-
-if has_stage bench && [ -x "$BUILD_DIR/bench/msa_bench_decode" ]; then
-  "$BUILD_DIR/bench/msa_bench_decode" --out "$OUT/bench_decode.json" \
-    >"$OUT/bench_decode.txt" 2>&1 && record bench ok "bench_decode.txt" ||
-    record bench FAIL "see bench_decode.txt"
 fi
 
 if has_stage python && [ -f python/setup.py ]; then
