@@ -172,6 +172,17 @@ std::vector<NamedSpec> prefill_specs() {
     s.seed = 14;
     v.push_back({"Tp8F32TopkOne", s});
   }
+  {
+    // A few rows with long prefixes and padding rows: on CUDA the splits of each row run as
+    // one thread-block cluster and merge in distributed shared memory (decode cases cover the
+    // same path; this is the prefill row map through it).
+    BatchSpec s;
+    s.seq_lens = {3000, 2200};
+    s.query_lens = {4, 3};
+    s.padding_rows = 2;
+    s.seed = 15;
+    v.push_back({"FewRowsLongPrefixes", s});
+  }
   return v;
 }
 
