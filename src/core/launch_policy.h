@@ -99,11 +99,11 @@ constexpr int64_t kAttnClusterMaxSubtiles = 2 * kAttnWarpsPerCta;
 // within one resident wave (a second, partial wave would double the latency chain of the call).
 // The splits of a row are one cluster, merged through distributed shared memory, when the
 // device's largest cluster cuts the row into splits of at most kAttnClusterMaxSubtiles and one
-// cluster per (row, head group) fits in one wave of clusters (batch 1-8 at TP4 shapes on the
-// H200): one kernel instead of two, which took the batch-1 attention stage from 15.7 to 13.7 us.
-// Otherwise the pieces (at most kAttnMaxSplits) are combined by a merge kernel: at batch 16-64
-// the cluster cuts were slower, because 16-CTA clusters only fit 14 at a time and smaller ones
-// mean longer splits (bench/results/2026-11-29-cluster-merge-ab/).
+// cluster per (row, head group) fits in one wave of clusters (14 on the H200: TP4 decode batch
+// 1-14, or 1-3 with 4 speculative rows): one kernel instead of two, which took the batch-1
+// attention stage from 15.7 to 13.7 us. Otherwise the pieces (at most kAttnMaxSplits) are combined
+// by a merge kernel: at batch 16-64 the cluster cuts were slower, because 16-CTA clusters only fit
+// 14 at a time and smaller ones mean longer splits (bench/results/2026-11-29-cluster-merge-ab/).
 inline AttnLaunchPlan plan_attention_launch(int64_t rows, int64_t head_groups, int64_t max_subtiles,
                                             int sm_count, AttnClusterLimits clusters = {}) {
   AttnLaunchPlan p;

@@ -20,8 +20,9 @@
 // shapes only, with the total CTA count kept within ~2 per SM (one resident wave). Each split
 // normalises its partial output and log2-sum-exp, and they are combined in ascending split order
 // in one of two ways:
-//  * in-cluster (batch 1-4 at TP4 shapes): the splits of a row are one thread-block cluster of up
-//    to 16 CTAs; after a cluster barrier, split r combines heads r, r + splits, ... of all
+//  * in-cluster (up to 14 rows x head groups on the H200: TP4 decode batch 1-14, or 1-3 with
+//    4 speculative rows): the splits of a row are one thread-block cluster of up to 16 CTAs;
+//    after a cluster barrier, split r combines heads r, r + splits, ... of all
 //    splits through distributed shared memory. One kernel, no workspace: the attention stage at
 //    batch 1 went from 15.7 to 13.7 us on the H200.
 //  * merge kernel (otherwise): partials go to the workspace and a second kernel combines them
@@ -149,10 +150,20 @@ detail::AttnClusterLimits cluster_limits(const AttnProblem& pb) {
   return detail::AttnClusterLimits{packed & 0xFF, packed >> 8};
 }
 
+// What the launch policy needs of the device, queried once per op call.
+struct DeviceLimits {
+  int sms = 0;
+  detail::AttnClusterLimits clusters;
+};
+
+DeviceLimits device_limits(const AttnProblem& pb) {
+  return {device_sm_count(), cluster_limits(pb)};
+}
+
 // The split plan of a call with `rows` query rows (shapes and the device only).
-AttnPlan plan(const AttnProblem& pb, int64_t rows) {
+AttnPlan plan(const AttnProblem& pb, int64_t rows, const DeviceLimits& dev) {
   return detail::plan_attention_launch(rows, pb.kv_heads() * pb.head_chunks(), pb.max_subtiles(),
-                                       device_sm_count(), cluster_limits(pb));
+                                       dev.sms, dev.clusters);
 }
 
 size_t partial_out_bytes(const AttnProblem& pb, const AttnPlan& p) {
@@ -170,11 +181,11 @@ size_t plan_bytes(const AttnProblem& pb, const AttnPlan& p) {
 // Fewer rows can mean more splits, so the workspace for a capacity of T rows is the largest need
 // of any call with T' <= T rows: a workspace sized once at capacity then serves every smaller
 // batch. Splits only happen below the policy's CTA target, which bounds the search.
-size_t workspace_bytes(const AttnProblem& pb) {
+size_t workspace_bytes(const AttnProblem& pb, const DeviceLimits& dev) {
   size_t bytes = 0;
-  const int64_t limit = std::min<int64_t>(pb.rows(), detail::kAttnCtasPerSm * device_sm_count());
+  const int64_t limit = std::min<int64_t>(pb.rows(), detail::kAttnCtasPerSm * dev.sms);
   for (int64_t rows = 1; rows <= limit; ++rows)
-    bytes = std::max(bytes, plan_bytes(pb, plan(pb, rows)));
+    bytes = std::max(bytes, plan_bytes(pb, plan(pb, rows, dev)));
   return bytes;
 }
 
@@ -223,11 +234,12 @@ Status launch_attention(const SparseAttnParams& prm, int64_t head_dim, dim3 grid
 
 Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
   MSA_RETURN_IF_ERROR(check_supported(pb));
-  MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, workspace_bytes(pb)));
+  const DeviceLimits dev = device_limits(pb);
+  MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, workspace_bytes(pb, dev)));
   const int64_t T = pb.rows();
   if (T == 0) return Status::Ok();
   const auto cuda_stream = static_cast<cudaStream_t>(stream.cuda_stream);
-  const AttnPlan p = plan(pb, T);
+  const AttnPlan p = plan(pb, T, dev);
 
   SparseAttnParams prm;
   prm.q = pb.q.data;
@@ -360,7 +372,8 @@ AttnProblem prefill_problem(const SparseAttentionPrefillArgs& a) {
 }  // namespace
 
 Status workspace_size(const SparseAttentionDecodeArgs& args, size_t* bytes) {
-  *bytes = workspace_bytes(decode_problem(args));
+  const AttnProblem pb = decode_problem(args);
+  *bytes = workspace_bytes(pb, device_limits(pb));
   return Status::Ok();
 }
 
@@ -369,7 +382,8 @@ Status run(const SparseAttentionDecodeArgs& args, Workspace workspace, Stream st
 }
 
 Status workspace_size(const SparseAttentionPrefillArgs& args, size_t* bytes) {
-  *bytes = workspace_bytes(prefill_problem(args));
+  const AttnProblem pb = prefill_problem(args);
+  *bytes = workspace_bytes(pb, device_limits(pb));
   return Status::Ok();
 }
 
