@@ -114,22 +114,32 @@ struct VecWord<16> {
 
 constexpr bool is_vec_width(int bytes) { return bytes == 4 || bytes == 8 || bytes == 16; }
 
-// V contiguous elements as float; one vector load when allowed.
+// V contiguous elements as stored, one vector load when allowed; converted by to_floats once
+// the loads that do not depend on them are issued too (see "Issuing loads" in common.cuh).
 template <typename T, int V>
-__device__ __forceinline__ void load_row(const T* src, bool vec, float (&x)[V]) {
+struct RawRow {
+  T e[V];
+};
+template <typename T, int V>
+__device__ __forceinline__ RawRow<T, V> load_raw(const T* src, bool vec) {
+  RawRow<T, V> r;
   constexpr int kBytes = static_cast<int>(sizeof(T)) * V;
   if constexpr (is_vec_width(kBytes)) {
     if (vec) {
       const typename VecWord<kBytes>::type w =
           *reinterpret_cast<const typename VecWord<kBytes>::type*>(src);
-      const T* e = reinterpret_cast<const T*>(&w);
-#pragma unroll
-      for (int i = 0; i < V; ++i) x[i] = to_float(e[i]);
-      return;
+      memcpy(r.e, &w, kBytes);
+      return r;
     }
   }
 #pragma unroll
-  for (int i = 0; i < V; ++i) x[i] = to_float(src[i]);
+  for (int i = 0; i < V; ++i) r.e[i] = src[i];
+  return r;
+}
+template <typename T, int V>
+__device__ __forceinline__ void to_floats(const RawRow<T, V>& r, float (&x)[V]) {
+#pragma unroll
+  for (int i = 0; i < V; ++i) x[i] = to_float(r.e[i]);
 }
 
 // V contiguous elements rounded once to T (y[i] / divisor); one vector store when allowed.
@@ -181,38 +191,48 @@ __device__ __forceinline__ void zero_row_dt(void* base, DType dt, int64_t elem, 
   store_row_dt<V>(base, dt, elem, vec, z, 1.0f);
 }
 
-// In place: x (this lane's V dims of one head) <- RoPE_pos(GemmaNorm(x; w)).
+// The Gemma norm weights of this lane's V dims of head kind `which_w`, as floats.
 template <int V>
-__device__ __forceinline__ void norm_rope(const FusedParams& p, int which_w, int64_t pos,
+__device__ __forceinline__ void load_norm_weights(const FusedParams& p, int which_w,
+                                                  float (&wv)[V]) {
+  const int first = (threadIdx.x % 32) * V;
+  int64_t w_idx[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) w_idx[i] = (first + i) * p.w_s0[which_w];
+  load_floats<V>(p.w[which_w], p.w_dtype[which_w], w_idx, wv);
+}
+
+// In place: x (this lane's V dims of one head) <- RoPE_pos(GemmaNorm(x; w)), wv = this lane's
+// norm weights (load_norm_weights).
+template <int V>
+__device__ __forceinline__ void norm_rope(const FusedParams& p, int64_t pos, const float (&wv)[V],
                                           float (&x)[V]) {
   const int lane = threadIdx.x % 32;
-  float ss = 0.0f;
-#pragma unroll
-  for (int i = 0; i < V; ++i) ss = __fadd_rn(ss, __fmul_rn(x[i], x[i]));
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(p.head_dim) + p.eps);
   // The partner of dim d = lane * V + i is d +- half, held by lane +- half / V at the same i
-  // (the launcher requires half % V == 0). Every lane joins the shuffles. The weights and the
-  // cos/sin entries are loaded in one batch before use; lanes past the rotary dims load the
-  // entries of f = d % half (in bounds) and ignore them.
+  // (the launcher requires half % V == 0). Every lane joins the shuffles. The cos/sin entries
+  // are loaded in one batch before use; lanes past the rotary dims load the entries of
+  // f = d % half (in bounds) and ignore them.
   const int half = p.rotary_dim / 2;
   const int first = lane * V;
   const bool rotated = first < p.rotary_dim;
   const bool low = first < half;
   const int partner = rotated ? (low ? lane + half / V : lane - half / V) : lane;
   const int64_t row = pos * p.cs_s0;
-  int64_t w_idx[V], cs_idx[2 * V];
+  int64_t cs_idx[2 * V];
 #pragma unroll
   for (int i = 0; i < V; ++i) {
     const int f = (first + i) % half;
-    w_idx[i] = (first + i) * p.w_s0[which_w];
     cs_idx[i] = row + f * p.cs_s1;
     cs_idx[V + i] = row + (half + f) * p.cs_s1;
   }
-  float wv[V], cs[2 * V];
-  load_floats<V>(p.w[which_w], p.w_dtype[which_w], w_idx, wv);
+  float cs[2 * V];
   load_floats<2 * V>(p.cos_sin, p.cos_sin_dtype, cs_idx, cs);
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < V; ++i) ss = __fadd_rn(ss, __fmul_rn(x[i], x[i]));
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(p.head_dim) + p.eps);
 #pragma unroll
   for (int i = 0; i < V; ++i) x[i] = __fmul_rn(__fmul_rn(x[i], inv_rms), __fadd_rn(1.0f, wv[i]));
 #pragma unroll
@@ -272,9 +292,49 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) fused_qknorm_rope_kernel(
 
   int h = 0;
   const SlotKind kind = decode_slot(p, static_cast<int>(gw % p.slots_per_token), &h);
-
   const int64_t lane_off = static_cast<int64_t>(lane) * V;
+  const int64_t d = p.head_dim;
+  // The head's segment of the token's row and its norm weights (-1: V, not normed).
+  int64_t seg = 0;
+  int which_w = -1;
+  switch (kind) {
+    case kQ:
+      seg = h * d;
+      which_w = 0;
+      break;
+    case kK:
+      seg = p.k_begin + h * d;
+      which_w = 1;
+      break;
+    case kV:
+      seg = p.v_begin + h * d;
+      break;
+    case kIQ:
+      seg = p.iq_begin + h * d;
+      which_w = 2;
+      break;
+    case kIK:
+      seg = p.ik_begin;
+      which_w = 3;
+      break;
+  }
+  // The position, the cache slot, the row and the norm weights do not depend on one another and
+  // are all in flight before any is used; the cos/sin entries (which need the position) and a
+  // per-token scale (which needs the slot) follow. An insert costs two memory round trips, not
+  // the four of loading each where it is first needed ("Issuing loads" in common.cuh). The row
+  // is read whatever the position, as it is in bounds of qkv either way.
   const int64_t pos = load_index(p.positions, p.positions_i64, t * p.positions_s0);
+  int64_t slot = -1;
+  if ((kind == kK || kind == kV) && p.kv_insert) {
+    slot = load_index(p.slots, p.slots_i64, t * p.slots_s0);
+  } else if (kind == kIK && p.index_insert) {
+    slot = load_index(p.index_slots, p.index_slots_i64, t * p.index_slots_s0);
+  }
+  T* src = static_cast<T*>(p.qkv) + t * p.qkv_s0 + seg + lane_off;
+  const RawRow<T, V> raw = load_raw<T, V>(src, p.vec_qkv);
+  float wv[V];
+  if (which_w >= 0) load_norm_weights<V>(p, which_w, wv);
+
   if (pos < 0 || pos >= p.max_pos) {
     if (pos >= p.max_pos && kind == kQ && h == 0 && lane == 0) {
       raise_error(p.error_flags, kDeviceErrorPosition);
@@ -287,56 +347,44 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) fused_qknorm_rope_kernel(
     }
     return;
   }
+  // A slot past its cache is skipped and flagged; a negative one is a padding token's.
+  const int64_t slot_limit = kind == kIK ? p.ic_slot_limit : p.kv_slot_limit;
+  if (slot >= slot_limit) {
+    if (lane == 0) raise_error(p.error_flags, kDeviceErrorSlot);
+    slot = -1;
+  }
+  float divisor = 1.0f;
+  if (slot >= 0 && (kind == kK || kind == kV)) divisor = kv_divisor(p, kind == kV, h, slot);
 
-  T* row = static_cast<T*>(p.qkv) + t * p.qkv_s0;
-  const int64_t d = p.head_dim;
   float x[V];
+  to_floats<T, V>(raw, x);
   switch (kind) {
-    case kQ: {
-      T* src = row + h * d + lane_off;
-      load_row<T, V>(src, p.vec_qkv, x);
-      norm_rope<V>(p, 0, pos, x);
+    case kQ:
+      norm_rope<V>(p, pos, wv, x);
       if (p.q_out != nullptr) {
         store_row_dt<V>(p.q_out, p.act, t * p.qo_s0 + h * p.qo_s1 + lane_off, p.vec_q_out, x, 1.0f);
       } else {
         store_row<T, V>(src, p.vec_qkv, x, 1.0f);
       }
       break;
-    }
-    case kK: {
-      T* src = row + p.k_begin + h * d + lane_off;
-      load_row<T, V>(src, p.vec_qkv, x);
-      norm_rope<V>(p, 1, pos, x);
+    case kK:
+      norm_rope<V>(p, pos, wv, x);
       store_row<T, V>(src, p.vec_qkv, x, 1.0f);
-      if (!p.kv_insert) break;
-      const int64_t slot = load_index(p.slots, p.slots_i64, t * p.slots_s0);
       if (slot < 0) break;
-      if (slot >= p.kv_slot_limit) {
-        if (lane == 0) raise_error(p.error_flags, kDeviceErrorSlot);
-        break;
-      }
-      const int64_t off = (slot / p.kv_block_size) * p.kc_s[0] + h * p.kc_s[1] +
-                          (slot % p.kv_block_size) * p.kc_s[2] + lane_off;
-      store_row_dt<V>(p.k_cache, p.kv_dtype, off, p.vec_kv, x, kv_divisor(p, false, h, slot));
+      store_row_dt<V>(p.k_cache, p.kv_dtype,
+                      (slot / p.kv_block_size) * p.kc_s[0] + h * p.kc_s[1] +
+                          (slot % p.kv_block_size) * p.kc_s[2] + lane_off,
+                      p.vec_kv, x, divisor);
       break;
-    }
-    case kV: {
-      const int64_t slot = load_index(p.slots, p.slots_i64, t * p.slots_s0);
+    case kV:
       if (slot < 0) break;
-      if (slot >= p.kv_slot_limit) {
-        if (lane == 0) raise_error(p.error_flags, kDeviceErrorSlot);
-        break;
-      }
-      load_row<T, V>(row + p.v_begin + h * d + lane_off, p.vec_qkv, x);
-      const int64_t off = (slot / p.kv_block_size) * p.vc_s[0] + h * p.vc_s[1] +
-                          (slot % p.kv_block_size) * p.vc_s[2] + lane_off;
-      store_row_dt<V>(p.v_cache, p.kv_dtype, off, p.vec_kv, x, kv_divisor(p, true, h, slot));
+      store_row_dt<V>(p.v_cache, p.kv_dtype,
+                      (slot / p.kv_block_size) * p.vc_s[0] + h * p.vc_s[1] +
+                          (slot % p.kv_block_size) * p.vc_s[2] + lane_off,
+                      p.vec_kv, x, divisor);
       break;
-    }
-    case kIQ: {
-      T* src = row + p.iq_begin + h * d + lane_off;
-      load_row<T, V>(src, p.vec_qkv, x);
-      norm_rope<V>(p, 2, pos, x);
+    case kIQ:
+      norm_rope<V>(p, pos, wv, x);
       if (p.iq_out != nullptr) {
         store_row_dt<V>(p.iq_out, p.iq_dtype, t * p.iqo_s0 + h * p.iqo_s1 + lane_off, p.vec_iq_out,
                         x, 1.0f);
@@ -344,24 +392,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) fused_qknorm_rope_kernel(
         store_row<T, V>(src, p.vec_qkv, x, 1.0f);
       }
       break;
-    }
-    case kIK: {
-      T* src = row + p.ik_begin + lane_off;
-      load_row<T, V>(src, p.vec_qkv, x);
-      norm_rope<V>(p, 3, pos, x);
+    case kIK:
+      norm_rope<V>(p, pos, wv, x);
       store_row<T, V>(src, p.vec_qkv, x, 1.0f);
-      if (!p.index_insert) break;
-      const int64_t slot = load_index(p.index_slots, p.index_slots_i64, t * p.index_slots_s0);
       if (slot < 0) break;
-      if (slot >= p.ic_slot_limit) {
-        if (lane == 0) raise_error(p.error_flags, kDeviceErrorSlot);
-        break;
-      }
-      const int64_t off =
-          (slot / p.ic_block_size) * p.ic_s0 + (slot % p.ic_block_size) * p.ic_s1 + lane_off;
-      store_row_dt<V>(p.index_cache, p.ic_dtype, off, p.vec_ic, x, 1.0f);
+      store_row_dt<V>(
+          p.index_cache, p.ic_dtype,
+          (slot / p.ic_block_size) * p.ic_s0 + (slot % p.ic_block_size) * p.ic_s1 + lane_off,
+          p.vec_ic, x, 1.0f);
       break;
-    }
   }
 }
 
