@@ -214,6 +214,13 @@ Status check_supported(const AttnProblem& pb) {
           std::to_string(align) + " bytes with page, head and token strides multiple of 8");
     }
   }
+  for (const TensorView* side : {&pb.kv.k, &pb.kv.v}) {
+    if (bs * side->strides[2] + d > 0x7FFFFFFF) {
+      return detail::not_supported(
+          "kv_cache: block_size x token stride must stay below 2^31 elements for the CUDA sparse "
+          "attention (32-bit offsets within a page)");
+    }
+  }
   if (pb.rows() > 0x7FFFFFFF || pb.kv_heads() * pb.head_chunks() > 65535 || pb.q_heads() > 65535) {
     return detail::not_supported("sparse attention: batch too large for one CUDA grid");
   }

@@ -349,13 +349,25 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int spb = static_cast<int>(bs / 16);
   // Subtiles past the row's position can only be the tail of its own block, which is the last
   // (largest) id of the ascending list, so the visible subtiles are a prefix of the list.
-  int64_t n_valid = static_cast<int64_t>(n_sel) * spb;
+  // Subtile counts and offsets within a page fit 32 bits (check_supported bounds block_size x
+  // token stride), so the loop's index arithmetic is 32-bit and incremental.
+  int n_valid = n_sel * spb;
   if (n_sel > 0 && s_list_id[n_sel - 1] == own) {
-    n_valid = static_cast<int64_t>(n_sel - 1) * spb + (pos - own * bs) / 16 + 1;
+    n_valid = (n_sel - 1) * spb + static_cast<int>(pos - own * bs) / 16 + 1;
   }
-  const int64_t sub_begin = static_cast<int64_t>(split) * prm.subtiles_per_split;
-  const int64_t sub_end = min(n_valid, sub_begin + prm.subtiles_per_split);
+  const int sub_begin = split * prm.subtiles_per_split;
+  const int sub_end = min(n_valid, sub_begin + prm.subtiles_per_split);
   const bool per_token = prm.scale_mode == KvScaleMode::kPerTokenHead;
+  const int k_tok = static_cast<int>(prm.k_stride_tok);
+  const int v_tok = static_cast<int>(prm.v_stride_tok);
+  // This lane's element offsets from a subtile's first key: K rows g and g + 8 at column 8c,
+  // V rows 2c, 2c + 1, 2c + 8, 2c + 9 at column 8g; the chunk columns are immediates.
+  const int k_lane[2] = {g * k_tok + 8 * c, (g + 8) * k_tok + 8 * c};
+  int v_lane[4];
+#pragma unroll
+  for (int q4 = 0; q4 < 4; ++q4) v_lane[q4] = (2 * c + (q4 & 1) + 8 * (q4 >> 1)) * v_tok + 8 * g;
+  const CacheT* k_head = k_all + kvh * prm.k_stride_head;
+  const CacheT* v_head = v_all + kvh * prm.v_stride_head;
 
   // A subtile's raw K/V fragments and scales. The loop keeps the next subtile's loads in flight
   // while it computes the current one (a register double buffer).
@@ -365,28 +377,24 @@ __global__ void __launch_bounds__(kAttnThreads)
     float ksc[2];
     float vsc[4];
   };
-  auto load_tile = [&](int64_t i, Tile& t) {
-    const int li = static_cast<int>(i / spb);
-    const int off = static_cast<int>(i - static_cast<int64_t>(li) * spb) * 16;
+  // Subtile (li, sb): the sb-th 16-key subtile of list entry li.
+  auto load_tile = [&](int li, int sb, Tile& t) {
     const int64_t page = s_list_page[li];
-    const CacheT* kb = k_all + page * prm.k_stride_page + kvh * prm.k_stride_head;
-    const CacheT* vb = v_all + page * prm.v_stride_page + kvh * prm.v_stride_head;
+    const int off = sb * 16;
+    const CacheT* kb = k_head + page * prm.k_stride_page + off * k_tok;
+    const CacheT* vb = v_head + page * prm.v_stride_page + off * v_tok;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      const int64_t key = off + nt * 8 + g;
 #pragma unroll
       for (int tt = 0; tt < kChunks; ++tt) {
-        t.kr[nt][tt] =
-            __ldg(reinterpret_cast<const Raw*>(kb + key * prm.k_stride_tok + 32 * tt + 8 * c));
+        t.kr[nt][tt] = __ldg(reinterpret_cast<const Raw*>(kb + k_lane[nt] + 32 * tt));
       }
     }
 #pragma unroll
     for (int q4 = 0; q4 < 4; ++q4) {
-      const int64_t key = off + 2 * c + (q4 & 1) + 8 * (q4 >> 1);
 #pragma unroll
       for (int vh = 0; vh < kHalves; ++vh) {
-        t.vr[q4][vh] =
-            __ldg(reinterpret_cast<const Raw*>(vb + key * prm.v_stride_tok + 64 * vh + 8 * g));
+        t.vr[q4][vh] = __ldg(reinterpret_cast<const Raw*>(vb + v_lane[q4] + 64 * vh));
       }
     }
     t.ksc[0] = t.ksc[1] = k_layer;
@@ -405,14 +413,24 @@ __global__ void __launch_bounds__(kAttnThreads)
       }
     }
   };
+  // Advances (li, sb) by n subtiles along the list.
+  auto advance = [&](int& li, int& sb, int n) {
+    sb += n;
+    while (sb >= spb) {
+      sb -= spb;
+      ++li;
+    }
+  };
 
   Tile cur;
-  if (sub_begin + warp < sub_end) load_tile(sub_begin + warp, cur);
-  for (int64_t i = sub_begin + warp; i < sub_end; i += kAttnWarps) {
+  int li = (sub_begin + warp) / spb, sb = (sub_begin + warp) - li * spb;
+  if (sub_begin + warp < sub_end) load_tile(li, sb, cur);
+  for (int i = sub_begin + warp; i < sub_end; i += kAttnWarps) {
+    int li_next = li, sb_next = sb;
+    advance(li_next, sb_next, kAttnWarps);
     Tile nxt;
-    if (i + kAttnWarps < sub_end) load_tile(i + kAttnWarps, nxt);
-    const int li = static_cast<int>(i / spb);
-    const int off = static_cast<int>(i - static_cast<int64_t>(li) * spb) * 16;
+    if (i + kAttnWarps < sub_end) load_tile(li_next, sb_next, nxt);
+    const int off = sb * 16;
     const int64_t j0 = static_cast<int64_t>(s_list_id[li]) * bs + off;
     const auto& kr = cur.kr;
     const auto& vr = cur.vr;
@@ -463,12 +481,16 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + rowsum[r];
+    // Once a row's running max stops growing its alpha is exactly 1, and so is the product:
+    // the rescale is skipped when that holds for every row of the warp.
+    if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-    for (int n = 0; n < kOutTiles; ++n) {
-      acc[n][0] *= alpha[0];
-      acc[n][1] *= alpha[0];
-      acc[n][2] *= alpha[1];
-      acc[n][3] *= alpha[1];
+      for (int n = 0; n < kOutTiles; ++n) {
+        acc[n][0] *= alpha[0];
+        acc[n][1] *= alpha[0];
+        acc[n][2] *= alpha[1];
+        acc[n][3] *= alpha[1];
+      }
     }
     const uint4 pa =
         make_uint4(pack2<kHalfMma>(s[0][0], s[0][1]), pack2<kHalfMma>(s[0][2], s[0][3]),
@@ -493,6 +515,8 @@ __global__ void __launch_bounds__(kAttnThreads)
       }
     }
     cur = nxt;
+    li = li_next;
+    sb = sb_next;
   }
 
   // Merge the 4 warps' partial softmax states in fixed warp order.

@@ -1,6 +1,7 @@
 // CUDA-only API contract checks: tensors of one call on different devices are rejected, a
-// workspace below workspace_size() is rejected, and a bad slot in the fused op is skipped and
-// flagged while the rest of the call completes.
+// workspace below workspace_size() is rejected, a cache the sparse attention kernels cannot
+// address is declined, and a bad slot in the fused op is skipped and flagged while the rest of
+// the call completes.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -170,6 +171,33 @@ TEST(CudaMisc, WorkspaceTooSmall) {
   ia.seq_lens = d->seq_lens.view();
   ia.topk_out = topk_out.view();
   expect_workspace_checked(ia, "index top-k decode");
+}
+
+// The CUDA sparse attention addresses a page with 32-bit offsets: a cache whose pages span 2^31
+// elements or more (here 128 tokens x a token stride of 2^24) is declined with kNotSupported
+// before any kernel runs, for K and for V. The views alias the fixture's memory and are never
+// read.
+TEST(CudaMisc, SparseAttentionDeclinesPagesBeyond32BitOffsets) {
+  MSA_REQUIRE_TEST_DEVICE();
+  std::unique_ptr<attn::Batch> d = attn::make_batch(small_decode_spec(), test_device());
+  const SparseAttentionDecodeArgs good = attn::decode_args(*d);
+  const int64_t bs = good.kv_cache.block_size(), dim = good.kv_cache.head_dim();
+  const int64_t stride = int64_t{1} << 24;
+  auto huge = [&](const TensorView& side) {
+    return make_strided_tensor(side.data, side.dtype, {side.shape[0], side.shape[1], bs, dim},
+                               {bs * stride, bs * stride, stride, 1}, side.device);
+  };
+  for (int which = 0; which < 2; ++which) {
+    SparseAttentionDecodeArgs a = good;
+    a.kv_cache.scale_mode = KvScaleMode::kNone;
+    (which == 0 ? a.kv_cache.k : a.kv_cache.v) =
+        huge(which == 0 ? good.kv_cache.k : good.kv_cache.v);
+    ASSERT_TRUE(check(a).ok()) << check(a).to_string();
+    const Status st = attn::run_op(a, test_device());
+    expect_code(st, StatusCode::kNotSupported, which == 0 ? "K pages of 2^31 elements" : "V pages");
+    EXPECT_NE(st.message().find("token stride"), std::string::npos) << st.to_string();
+  }
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 // Dense-mode fused op with a K/V insert: token 1's slot is beyond the cache, token 2's is
