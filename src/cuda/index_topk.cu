@@ -83,6 +83,11 @@ Status check_supported(const IndexProblem& pb) {
         "aligned to " +
         std::to_string(align) + " bytes and page/key strides multiple of 8");
   }
+  if (bs * pb.index_cache.strides[1] + di > 0x7FFFFFFF) {
+    return detail::not_supported(
+        "index_cache: block_size x key stride must stay below 2^31 elements for the CUDA indexer "
+        "(32-bit offsets within a page)");
+  }
   if (pb.query_len > 0 && pb.query_len * pb.num_heads() > kMaxScoreRowHeads) {
     return detail::not_supported(
         "index_q: query_len * H_idx = " + std::to_string(pb.query_len * pb.num_heads()) +

@@ -633,6 +633,8 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
   const int64_t b0 = static_cast<int64_t>(blockIdx.y) * prm.blocks_per_cta;
   const int tiles_per_block = static_cast<int>(bs / 16);
   const CacheT* cache = static_cast<const CacheT*>(prm.cache);
+  const int key_stride = static_cast<int>(prm.cache_stride_key);
+  const int lane_key = g * key_stride + tq * 8;  // this lane's offset from a tile's first key
   const uint2* q_frag = reinterpret_cast<const uint2*>(q_s);
 
   auto fill_queries = [&](int64_t row0, int nrh) {
@@ -685,45 +687,60 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
     }
     __syncthreads();
 
-    const int ntiles = nblk * tiles_per_block;
+    // A warp's tiles are (bl, tin): 16-key tile tin of the chunk's block bl, stepping by
+    // kScoreWarps tiles with 32-bit counters; offsets within a page are 32-bit (the launcher
+    // bounds block_size x key stride), so a tile's addresses cost one 64-bit page base.
+    struct TilePos {
+      int bl, tin;
+    };
+    auto advance = [&](TilePos p) {
+      p.tin += kScoreWarps;
+      while (p.tin >= tiles_per_block) {
+        p.tin -= tiles_per_block;
+        ++p.bl;
+      }
+      return p;
+    };
+    const int64_t key_limit = max_pos - b0 * bs;  // chunk-relative keys past it are seen by no row
     // A tile's key fragments, or false when the warp skips it (no row of the segment sees its
     // keys, or its page id is bad: the block keeps score -inf). The loop below keeps the next
     // tile's loads in flight while it multiplies the current one (a register double buffer).
     struct Frag {
       Raw r[CH][2][2];  // [chunk][j][key g, key g + 8]
     };
-    auto load_tile = [&](int ti, Frag& raw) -> bool {
-      if (ti >= ntiles) return false;
-      const int bl = ti / tiles_per_block;
-      const int64_t in_block = static_cast<int64_t>(ti - bl * tiles_per_block) * 16;
-      if ((b0 + bl) * bs + in_block > max_pos) return false;  // warp-uniform
-      const int32_t page = s_page[bl];
+    auto load_tile = [&](TilePos tp, Frag& raw) -> bool {
+      if (tp.bl >= nblk) return false;
+      const int in_block = tp.tin * 16;
+      if (tp.bl * bs + in_block > key_limit) return false;  // warp-uniform
+      const int32_t page = s_page[tp.bl];
       if (page < 0 || page >= prm.num_cache_blocks) {
         if (lane == 0 && in_block == 0) raise_error(prm.error_flags, kDeviceErrorBlockId);
         return false;
       }
       const CacheT* kbase =
-          cache + page * prm.cache_stride_page + (in_block + g) * prm.cache_stride_key + tq * 8;
+          cache + page * prm.cache_stride_page + (in_block * key_stride + lane_key);
 #pragma unroll
       for (int c = 0; c < CH; ++c) {
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            raw.r[c][j][r] = __ldg(reinterpret_cast<const Raw*>(
-                kbase + r * 8 * prm.cache_stride_key + c * 64 + j * 32));
+            raw.r[c][j][r] =
+                __ldg(reinterpret_cast<const Raw*>(kbase + r * 8 * key_stride + c * 64 + j * 32));
           }
         }
       }
       return true;
     };
+    TilePos tp{warp / tiles_per_block, warp % tiles_per_block};
     Frag raw;
-    bool have = load_tile(warp, raw);
-    for (int ti = warp; ti < ntiles; ti += kScoreWarps) {
+    bool have = load_tile(tp, raw);
+    while (tp.bl < nblk) {
       Frag next;
-      const bool have_next = load_tile(ti + kScoreWarps, next);
-      const int bl = ti / tiles_per_block;
-      const int64_t key0 = (b0 + bl) * bs + static_cast<int64_t>(ti - bl * tiles_per_block) * 16;
+      const TilePos tp_next = advance(tp);
+      const bool have_next = load_tile(tp_next, next);
+      const int bl = tp.bl;
+      const int64_t key0 = (b0 + bl) * bs + tp.tin * 16;
       if (have) {
         float acc[kNTiles][4];
 #pragma unroll
@@ -778,6 +795,7 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
       }
       have = have_next;
       raw = next;
+      tp = tp_next;
     }
     __syncthreads();
     for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {

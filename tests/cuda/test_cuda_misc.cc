@@ -1,7 +1,7 @@
 // CUDA-only API contract checks: tensors of one call on different devices are rejected, a
-// workspace below workspace_size() is rejected, a cache the sparse attention kernels cannot
-// address is declined, and a bad slot in the fused op is skipped and flagged while the rest of
-// the call completes.
+// workspace below workspace_size() is rejected, caches the sparse attention and indexer kernels
+// cannot address are declined, and a bad slot in the fused op is skipped and flagged while the rest
+// of the call completes.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -197,6 +197,28 @@ TEST(CudaMisc, SparseAttentionDeclinesPagesBeyond32BitOffsets) {
     expect_code(st, StatusCode::kNotSupported, which == 0 ? "K pages of 2^31 elements" : "V pages");
     EXPECT_NE(st.message().find("token stride"), std::string::npos) << st.to_string();
   }
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// The same bound in the CUDA indexer: index-cache pages of 2^31 elements or more are declined.
+TEST(CudaMisc, IndexTopkDeclinesPagesBeyond32BitOffsets) {
+  MSA_REQUIRE_TEST_DEVICE();
+  std::unique_ptr<attn::Batch> d = attn::make_batch(small_decode_spec(), test_device());
+  TestTensor index_q(DType::kBF16, {3, 1, 128}, test_device());
+  TestTensor index_cache(DType::kBF16, {8, 128, 128}, test_device());
+  TestTensor topk_out(DType::kI32, {1, 3, 16}, test_device());
+  const int64_t stride = int64_t{1} << 24;
+  IndexTopkDecodeArgs ia;
+  ia.index_q = index_q.view();
+  ia.index_cache = make_strided_tensor(index_cache.view().data, DType::kBF16, {8, 128, 128},
+                                       {128 * stride, stride, 1}, test_device());
+  ia.block_table = d->block_table.view();
+  ia.seq_lens = d->seq_lens.view();
+  ia.topk_out = topk_out.view();
+  ASSERT_TRUE(check(ia).ok()) << check(ia).to_string();
+  const Status st = attn::run_op(ia, test_device());
+  expect_code(st, StatusCode::kNotSupported, "index-cache pages of 2^31 elements");
+  EXPECT_NE(st.message().find("key stride"), std::string::npos) << st.to_string();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
