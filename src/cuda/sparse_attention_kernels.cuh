@@ -481,8 +481,8 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + rowsum[r];
-    // Once a row's running max stops growing its alpha is exactly 1, and so is the product:
-    // the rescale is skipped when that holds for every row of the warp.
+    // A row whose running max did not grow has alpha exactly 1, a multiplication that changes
+    // nothing: the rescale is skipped when that holds for every row of the warp.
     if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
       for (int n = 0; n < kOutTiles; ++n) {
