@@ -119,18 +119,19 @@ ScoreKernel simt_score_kernel(int upl) {
   }
 }
 
-// Tensor-core scorer, head dim a multiple of 64 (chunks = head_dim / 64, 1..4).
-template <typename CacheT>
+// Tensor-core scorer, head dim a multiple of 64 (chunks = head_dim / 64, 1..4); kF16: e4m3 keys
+// and queries multiplied as f16.
+template <typename CacheT, bool kF16 = false>
 ScoreKernel mma_score_kernel(int chunks) {
   switch (chunks) {
     case 1:
-      return index_score_mma_kernel<CacheT, 1>;
+      return index_score_mma_kernel<CacheT, 1, kF16>;
     case 2:
-      return index_score_mma_kernel<CacheT, 2>;
+      return index_score_mma_kernel<CacheT, 2, kF16>;
     case 3:
-      return index_score_mma_kernel<CacheT, 3>;
+      return index_score_mma_kernel<CacheT, 3, kF16>;
     default:
-      return index_score_mma_kernel<CacheT, 4>;
+      return index_score_mma_kernel<CacheT, 4, kF16>;
   }
 }
 
@@ -139,7 +140,10 @@ ScoreKernel score_kernel(const IndexProblem& pb) {
   const bool bf16_keys = pb.index_cache.dtype == DType::kBF16;
   if (pb.head_dim() % 64 == 0) {
     const int chunks = static_cast<int>(pb.head_dim() / 64);
-    return bf16_keys ? mma_score_kernel<__nv_bfloat16>(chunks) : mma_score_kernel<uint8_t>(chunks);
+    if (bf16_keys) return mma_score_kernel<__nv_bfloat16>(chunks);
+    // Both operands e4m3: exact in f16, which converts from e4m3 in one instruction per pair.
+    return pb.index_q.dtype == DType::kE4M3 ? mma_score_kernel<uint8_t, true>(chunks)
+                                            : mma_score_kernel<uint8_t>(chunks);
   }
   const int upl = static_cast<int>((pb.head_dim() / 8 + 7) / 8);
   return bf16_keys ? simt_score_kernel<__nv_bfloat16>(upl) : simt_score_kernel<uint8_t>(upl);

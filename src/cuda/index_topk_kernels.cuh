@@ -8,6 +8,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common.cuh"
 #include "cuda/row_map.cuh"
@@ -542,6 +543,21 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t v) {
   return *reinterpret_cast<const uint32_t*>(&b);
 }
 
+// e4m3 keys scored against e4m3 queries: both convert exactly to f16 with one instruction per
+// pair (e4m3 -> bf16 takes a detour through f32), and the f16 MMA multiplies them.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xFFFFu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+
+__device__ __forceinline__ void mma_f16_m16n8k16(float* d, const uint32_t* a, uint2 b) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
+}
+
 __device__ __forceinline__ void mma_bf16_m16n8k16(float* d, const uint32_t* a, uint2 b) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
@@ -571,14 +587,33 @@ __device__ __forceinline__ void a_fragment(const uint2 (&r)[2], int h, uint32_t*
   a[3] = e4m3x2_to_bf16x2(w1 >> 16);
 }
 
-// The nrh (row, head) query vectors of the segment starting at row0 -> q_s as bf16 MMA
-// fragments, n-tiles padded with zero vectors. Element i = rh * Di + d goes to thread i % 256.
-// Loads are issued 4 at a time before any is used (indices clamped into the segment, padding
-// zeroed after), so a decode request's queries cost one round trip ("Issuing loads" in
-// common.cuh).
-template <typename QT, int CH>
+// The same fragment as f16 pairs (the f16 MMA path of e4m3 keys and queries).
+__device__ __forceinline__ void a_fragment_f16(const uint2 (&r)[2], int h, uint32_t* a) {
+  const uint32_t w0 = h == 0 ? r[0].x : r[0].y;
+  const uint32_t w1 = h == 0 ? r[1].x : r[1].y;
+  a[0] = e4m3x2_to_f16x2(w0);
+  a[1] = e4m3x2_to_f16x2(w1);
+  a[2] = e4m3x2_to_f16x2(w0 >> 16);
+  a[3] = e4m3x2_to_f16x2(w1 >> 16);
+}
+
+// The nrh (row, head) query vectors of the segment starting at row0 -> q_s as bf16 (or f16, for
+// e4m3 queries on the f16 path) MMA fragments, n-tiles padded with zero vectors. Element i = rh *
+// Di + d goes to thread i % 256. Loads are issued 4 at a time before any is used (indices clamped
+// into the segment, padding zeroed after), so a decode request's queries cost one round trip
+// ("Issuing loads" in common.cuh).
+template <typename OutT>
+__device__ __forceinline__ OutT round_to(float v) {
+  if constexpr (std::is_same_v<OutT, __half>) {
+    return __float2half_rn(v);
+  } else {
+    return __float2bfloat16_rn(v);
+  }
+}
+
+template <typename QT, int CH, typename OutT>
 __device__ __forceinline__ void fill_query_fragments(const IndexScoreParams& prm, int64_t row0,
-                                                     int nrh, __nv_bfloat16* q_s) {
+                                                     int nrh, OutT* q_s) {
   constexpr int Di = CH * 64;
   constexpr int kBatch = 4;
   constexpr int kPerThread = kMaxScoreRowHeads * Di / kScoreThreads;
@@ -605,20 +640,22 @@ __device__ __forceinline__ void fill_query_fragments(const IndexScoreParams& prm
       const int c = d >> 6, dd = d & 63;
       const int s = ((dd >> 5) << 1) | ((dd >> 2) & 1);
       const int ln = (rh & 7) * 4 + ((dd >> 3) & 3);
-      q_s[((((rh >> 3) * CH + c) * 4 + s) * 32 + ln) * 4 + (dd & 3)] = __float2bfloat16_rn(v);
+      q_s[((((rh >> 3) * CH + c) * 4 + s) * 32 + ln) * 4 + (dd & 3)] = round_to<OutT>(v);
     }
   }
 }
 
 // Same decomposition as index_score_kernel (CTA = row tile x chunk of blocks, block maxima via
 // shared-memory atomicMax over ordered floats); a warp scores 16-key tiles with mma.sync.
-// CH = head_dim / 64.
-template <typename CacheT, int CH>
+// CH = head_dim / 64. kF16: e4m3 keys and e4m3 queries, multiplied as f16 (exact like bf16).
+template <typename CacheT, int CH, bool kF16 = false>
 __global__ void __launch_bounds__(kScoreThreads, 2)
     index_score_mma_kernel(const IndexScoreParams prm) {
+  static_assert(!kF16 || std::is_same_v<CacheT, uint8_t>, "the f16 path is for e4m3 keys");
   using Raw = typename IndexKeyLoad<CacheT>::Raw;
+  using QElem = std::conditional_t<kF16, __half, __nv_bfloat16>;
   constexpr int kNTiles = kMaxScoreRowHeads / 8;
-  __shared__ __align__(16) __nv_bfloat16 q_s[kMaxScoreRowHeads * kMaxIndexDim];
+  __shared__ __align__(16) QElem q_s[kMaxScoreRowHeads * kMaxIndexDim];
   __shared__ uint32_t block_max[kMaxScoreBlocks * kMaxScoreRowHeads];
   __shared__ int32_t s_page[kMaxScoreBlocks];
 
@@ -638,7 +675,9 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
   const uint2* q_frag = reinterpret_cast<const uint2*>(q_s);
 
   auto fill_queries = [&](int64_t row0, int nrh) {
-    if (prm.q_dtype == DType::kBF16) {
+    if constexpr (kF16) {
+      fill_query_fragments<uint8_t, CH>(prm, row0, nrh, q_s);  // e4m3 queries (the launcher's rule)
+    } else if (prm.q_dtype == DType::kBF16) {
       fill_query_fragments<__nv_bfloat16, CH>(prm, row0, nrh, q_s);
     } else {
       fill_query_fragments<uint8_t, CH>(prm, row0, nrh, q_s);
@@ -753,11 +792,19 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
 #pragma unroll
           for (int s = 0; s < 4; ++s) {
             uint32_t a[4];
-            a_fragment(raw.r[c][s >> 1], s & 1, a);
+            if constexpr (kF16) {
+              a_fragment_f16(raw.r[c][s >> 1], s & 1, a);
+            } else {
+              a_fragment(raw.r[c][s >> 1], s & 1, a);
+            }
 #pragma unroll
             for (int n = 0; n < kNTiles; ++n) {
               if (n < ntq) {  // warp-uniform
-                mma_bf16_m16n8k16(acc[n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
+                if constexpr (kF16) {
+                  mma_f16_m16n8k16(acc[n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
+                } else {
+                  mma_bf16_m16n8k16(acc[n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
+                }
               }
             }
           }
