@@ -320,9 +320,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) fused_qknorm_rope_kernel(
   }
   // The position, the cache slot, the row and the norm weights do not depend on one another and
   // are all in flight before any is used; the cos/sin entries (which need the position) and a
-  // per-token scale (which needs the slot) follow. An insert costs two memory round trips, not
-  // the four of loading each where it is first needed ("Issuing loads" in common.cuh). The row
-  // is read whatever the position, as it is in bounds of qkv either way.
+  // per-token scale (which needs the slot) follow, so an insert waits for two memory round trips
+  // ("Issuing loads" in common.cuh). The row is read whatever the position, as it is in bounds of
+  // qkv either way.
   const int64_t pos = load_index(p.positions, p.positions_i64, t * p.positions_s0);
   int64_t slot = -1;
   if ((kind == kK || kind == kV) && p.kv_insert) {
