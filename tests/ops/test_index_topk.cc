@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/paging.h"
@@ -513,11 +514,17 @@ TEST(IndexTopk, EqualScoresGoToLowerBlockIds) {
   }
 }
 
+// Key dtype x query dtype: bf16 x bf16, e4m3 x bf16 and e4m3 x e4m3 (the CUDA scorer's f16 MMA
+// path; every value here is exact in e4m3).
 TEST(IndexTopk, NanKeysRankBelowRealScores) {
   MSA_REQUIRE_TEST_DEVICE();
-  for (DType k_dtype : {DType::kBF16, DType::kE4M3}) {
+  const std::pair<DType, DType> dtypes[] = {
+      {DType::kBF16, DType::kBF16}, {DType::kE4M3, DType::kBF16}, {DType::kE4M3, DType::kE4M3}};
+  for (const auto& [k_dtype, q_dtype] : dtypes) {
+    SCOPED_TRACE(std::string(dtype_name(k_dtype)) + " keys, " + dtype_name(q_dtype) + " queries");
     BatchSpec s;
     s.k_dtype = k_dtype;
+    s.q_dtype = q_dtype;
     s.query_len = 1;
     s.seq_lens = {128 * 24 + 1};
     s.seed = 15;
