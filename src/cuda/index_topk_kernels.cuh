@@ -570,31 +570,33 @@ __device__ __forceinline__ uint32_t raw_word(uint4 r, int i) {
 }
 
 // A fragment of k-step h (0, 1) of one 8-dim load per key row: {row g dims 0-1, row g+8 dims
-// 0-1, row g dims 2-3, row g+8 dims 2-3} of the 4 dims 4h + [0, 4).
+// 0-1, row g dims 2-3, row g+8 dims 2-3} of the 4 dims 4h + [0, 4). bf16 keys are used as
+// stored; e4m3 pairs are converted to bf16, or to f16 on the f16 MMA path (kF16: e4m3 keys and
+// queries).
+template <bool kF16>
 __device__ __forceinline__ void a_fragment(const uint4 (&r)[2], int h, uint32_t* a) {
+  static_assert(!kF16, "the f16 path is for e4m3 keys");
   a[0] = raw_word(r[0], 2 * h);
   a[1] = raw_word(r[1], 2 * h);
   a[2] = raw_word(r[0], 2 * h + 1);
   a[3] = raw_word(r[1], 2 * h + 1);
 }
 
+template <bool kF16>
 __device__ __forceinline__ void a_fragment(const uint2 (&r)[2], int h, uint32_t* a) {
+  const auto convert = [](uint32_t v) {
+    if constexpr (kF16) {
+      return e4m3x2_to_f16x2(v);
+    } else {
+      return e4m3x2_to_bf16x2(v);
+    }
+  };
   const uint32_t w0 = h == 0 ? r[0].x : r[0].y;
   const uint32_t w1 = h == 0 ? r[1].x : r[1].y;
-  a[0] = e4m3x2_to_bf16x2(w0);
-  a[1] = e4m3x2_to_bf16x2(w1);
-  a[2] = e4m3x2_to_bf16x2(w0 >> 16);
-  a[3] = e4m3x2_to_bf16x2(w1 >> 16);
-}
-
-// The same fragment as f16 pairs (the f16 MMA path of e4m3 keys and queries).
-__device__ __forceinline__ void a_fragment_f16(const uint2 (&r)[2], int h, uint32_t* a) {
-  const uint32_t w0 = h == 0 ? r[0].x : r[0].y;
-  const uint32_t w1 = h == 0 ? r[1].x : r[1].y;
-  a[0] = e4m3x2_to_f16x2(w0);
-  a[1] = e4m3x2_to_f16x2(w1);
-  a[2] = e4m3x2_to_f16x2(w0 >> 16);
-  a[3] = e4m3x2_to_f16x2(w1 >> 16);
+  a[0] = convert(w0);
+  a[1] = convert(w1);
+  a[2] = convert(w0 >> 16);
+  a[3] = convert(w1 >> 16);
 }
 
 // The nrh (row, head) query vectors of the segment starting at row0 -> q_s as bf16 (or f16, for
@@ -792,11 +794,7 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
 #pragma unroll
           for (int s = 0; s < 4; ++s) {
             uint32_t a[4];
-            if constexpr (kF16) {
-              a_fragment_f16(raw.r[c][s >> 1], s & 1, a);
-            } else {
-              a_fragment(raw.r[c][s >> 1], s & 1, a);
-            }
+            a_fragment<kF16>(raw.r[c][s >> 1], s & 1, a);
 #pragma unroll
             for (int n = 0; n < kNTiles; ++n) {
               if (n < ntq) {  // warp-uniform
