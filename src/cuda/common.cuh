@@ -121,6 +121,27 @@ Status launch_kernel(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3
   return launch_status(name);
 }
 
+// A launch configuration in thread-block clusters of `cluster` CTAs (for cudaLaunchKernelEx and
+// cudaOccupancyMaxActiveClusters); `attribute` receives the cluster dimension the configuration
+// points to, so it must outlive the configuration's use.
+inline cudaLaunchConfig_t cluster_launch_config(dim3 grid, dim3 block, size_t smem,
+                                                cudaStream_t stream, dim3 cluster,
+                                                cudaLaunchAttribute* attribute) {
+  *attribute = {};
+  attribute->id = cudaLaunchAttributeClusterDimension;
+  attribute->val.clusterDim.x = cluster.x;
+  attribute->val.clusterDim.y = cluster.y;
+  attribute->val.clusterDim.z = cluster.z;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return config;
+}
+
 // Launches `kernel` in thread-block clusters of `cluster` CTAs (each grid dimension a multiple of
 // the cluster's). Clusters above the portable 8 CTAs need the kernel's non-portable attribute,
 // set here; whether the device can schedule them is the caller's question
@@ -138,18 +159,9 @@ Status launch_kernel_clustered(const char* name, void (*kernel)(KArgs...), dim3 
                     std::string(name) + ": clusters above 8 CTAs: " + cudaGetErrorString(e));
     }
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = cluster.x;
-  attribute.val.clusterDim.y = cluster.y;
-  attribute.val.clusterDim.z = cluster.z;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config =
+      cluster_launch_config(grid, block, smem, stream, cluster, &attribute);
   const cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();

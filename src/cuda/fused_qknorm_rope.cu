@@ -86,8 +86,7 @@ struct FusedParams {
   int32_t* error_flags;
 };
 
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+// Rounds x once to the stored type (to_float, the way back, is in common.cuh).
 __device__ __forceinline__ void from_float(float x, __nv_bfloat16* out) {
   *out = __float2bfloat16_rn(x);
 }

@@ -15,10 +15,10 @@
 //      it multiplies the current one. CTAs whose blocks no row can see exit at once. Block maxima
 //      go to a workspace buffer [H, T, max_blocks] fp32. Head dims that are a multiple of 64 (M3:
 //      128) use index_score_mma_kernel instead: the same decomposition, but the dot products run on
-//      tensor cores (mma.sync m16n8k16 bf16 -> fp32; queries and keys, bf16 or e4m3, are converted
-//      to bf16 exactly, so the products are the exact fp32 ones), which keeps the kernel
-//      memory-bound with e4m3 keys and query_len > 1 where the SIMT fp32 FMAs + conversions were
-//      the limit. Other head dims use the SIMT index_score_kernel.
+//      tensor cores (mma.sync m16n8k16 -> fp32; queries and keys, bf16 or e4m3, are converted
+//      exactly to bf16, or to f16 when both are e4m3, so the products are the exact fp32 ones),
+//      which keeps the kernel memory-bound with e4m3 keys and query_len > 1 where the SIMT fp32
+//      FMAs + conversions were the limit. Other head dims use the SIMT index_score_kernel.
 //   2. index_select_kernel, grid (T, H): exact selection of the min(topk, nvb) best keys (tier,
 //      score, lower id) and an ascending front-packed write, -1 padded. Block tables of at most
 //      256 columns (contexts up to 32K at block 128) count each visible block's rank against the

@@ -96,16 +96,10 @@ detail::AttnClusterLimits query_cluster_limits(Kernel kernel) {
                                          1) != cudaSuccess) {
       continue;
     }
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(1, 1, static_cast<unsigned>(size));
-    config.blockDim = dim3(kAttnThreads);
-    cudaLaunchAttribute attribute = {};
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = 1;
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = static_cast<unsigned>(size);
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    const dim3 cluster(1, 1, static_cast<unsigned>(size));
+    cudaLaunchAttribute attribute;
+    const cudaLaunchConfig_t config =
+        cluster_launch_config(cluster, dim3(kAttnThreads), 0, nullptr, cluster, &attribute);
     int resident = 0;
     if (cudaOccupancyMaxActiveClusters(&resident, kernel, &config) == cudaSuccess && resident > 0) {
       limits.max_splits = size;

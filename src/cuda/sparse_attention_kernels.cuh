@@ -135,7 +135,6 @@ __device__ __forceinline__ float scale_at(const float* s, int64_t stride_head, i
 // it * kAttnThreads (k-step i / 32, lane i % 32), heads gg and gg + 8 of the 16-head chunk, 4
 // consecutive dims each. All loads are issued before any conversion (heads past the group load
 // the chunk's last head and are zeroed afterwards; see "Issuing loads" in common.cuh).
-
 template <typename QT, int kQItems>
 __device__ __forceinline__ void load_q_items(const SparseAttnParams& prm, int64_t row, int head0,
                                              int nh, int tid, float (&qv)[kQItems][2][4]) {
