@@ -23,7 +23,36 @@ struct IndexLaunchPlan {
   int64_t row_tiles = 0;   // grid.x: decode: one request; prefill: a tile of rows
   int blocks_per_cta = 1;  // consecutive blocks of the tile owned by one CTA
   int64_t chunks = 0;      // grid.y = ceil(max_blocks / blocks_per_cta)
+  // The chunks of a row tile are one thread-block cluster (cluster y = chunks) that selects its
+  // rows' top-k from the block maxima in its CTAs' shared memory: no select kernel.
+  bool cluster_select = false;
 };
+
+// Largest cluster Hopper schedules (non-portable; 8 is portable).
+constexpr int kIndexMaxClusterSize = 16;
+
+// What the device can run as clusters of the score kernel: the largest cluster size it
+// schedules (16, 8, or 0 without cluster support) and, for each size up to that, how many such
+// clusters fit at once (cudaOccupancyMaxActiveClusters; a cluster stays within one GPC, so 16-CTA
+// clusters of a 2-CTA-per-SM kernel fit 14 at a time on the H200, not 132 x 2 / 16).
+struct IndexClusterLimits {
+  int max_size = 0;
+  int64_t resident[kIndexMaxClusterSize + 1] = {};
+};
+
+// In-cluster selection counts ranks with one selecting thread per block column (the select
+// kernel's rank path), so it serves block tables of at most this many columns (32K tokens at
+// block 128).
+constexpr int64_t kIndexClusterSelectMaxBlocks = 256;
+// Blocks per CTA an in-cluster plan may grow to, when the one-wave plan has fewer and its grid
+// fills at least half a wave: batch 4 at 8K (256 one-block CTAs) becomes four 16-CTA clusters of
+// 4-block CTAs (index call 16.0 -> 13.7 us on the H200). Longer CTAs, or smaller grids, lose
+// more to each warp waiting for its tiles one after another than the select kernel costs: batch
+// 16 at 8K as sixteen 8-CTA clusters of 8-block CTAs took 22.5 us against 21.7 us (256 4-block
+// CTAs and the select kernel), batch 1 at 8K as one 16-CTA cluster of 4-block CTAs 13.3 against
+// 11.8 us (64 one-block CTAs and the select kernel)
+// (bench/results/2026-11-30-index-cluster-select-ab/).
+constexpr int kIndexClusterGrowBlocks = 4;
 
 // row_tiles x max_blocks block positions, cut into CTAs of blocks_per_cta consecutive blocks.
 // blocks_per_cta is the smallest power of two (<= kIndexMaxBlocksPerCta) whose grid fits in one
@@ -32,22 +61,40 @@ struct IndexLaunchPlan {
 // call pays for a second, partial wave of short CTAs (at 2 resident CTAs per SM, one block per
 // CTA at 128K x 1 took 4 waves: 25 us against 15 us in one). Large batches (more blocks than a
 // wave can hold at 32 per CTA) stream in waves of 32-block CTAs, which pay the per-CTA prologue
-// (query load, page ids, barrier) once per 32 blocks. The top-k selection is a second kernel,
-// one CTA per (row, head): fusing it into the last score CTA of a row (completion counter), or
-// into a cooperatively launched score grid after a grid barrier, was measured slower on the
-// H200 (bench/README.md).
+// (query load, page ids, barrier) once per 32 blocks.
+//
+// The top-k selection is then a second kernel, one CTA per (row, head), except in decode calls
+// (a row tile is one request) with block tables of at most kIndexClusterSelectMaxBlocks columns
+// whose chunks can form one thread-block cluster per request, all clusters resident at once,
+// with CTAs grown at most as kIndexClusterGrowBlocks allows: the cluster selects from the block
+// maxima in its CTAs' shared memory after a cluster barrier (cluster_select), so the call is one
+// kernel. Fusing the selection into the last score CTA of a row (completion counter), or into a
+// cooperatively launched score grid after a grid barrier, was measured slower on the H200
+// (bench/README.md).
 inline IndexLaunchPlan plan_index_launch(int64_t row_tiles, int64_t max_blocks, int sm_count,
-                                         int ctas_per_sm) {
+                                         int ctas_per_sm, bool decode = false,
+                                         const IndexClusterLimits& clusters = {}) {
   IndexLaunchPlan p;
   p.row_tiles = row_tiles;
   if (row_tiles <= 0 || max_blocks <= 0) return p;
   const int64_t wave = static_cast<int64_t>(std::max(ctas_per_sm, 1)) * std::max(sm_count, 1);
+  auto chunks_of = [&](int bpc) { return (max_blocks + bpc - 1) / bpc; };
   int bpc = 1;
-  while (bpc < kIndexMaxBlocksPerCta && row_tiles * ((max_blocks + bpc - 1) / bpc) > wave) {
-    bpc *= 2;
-  }
+  while (bpc < kIndexMaxBlocksPerCta && row_tiles * chunks_of(bpc) > wave) bpc *= 2;
   p.blocks_per_cta = bpc;
-  p.chunks = (max_blocks + bpc - 1) / bpc;
+  p.chunks = chunks_of(bpc);
+  const int max_size = std::min(clusters.max_size, kIndexMaxClusterSize);
+  if (!decode || max_size < 1 || max_blocks > kIndexClusterSelectMaxBlocks) return p;
+  const int grow_to = 2 * row_tiles * p.chunks >= wave ? kIndexClusterGrowBlocks : bpc;
+  for (int cbpc = bpc; cbpc <= std::max(bpc, grow_to); cbpc *= 2) {
+    const int64_t c = chunks_of(cbpc);
+    if (c <= max_size && row_tiles <= clusters.resident[c]) {
+      p.blocks_per_cta = cbpc;
+      p.chunks = c;
+      p.cluster_select = true;
+      return p;
+    }
+  }
   return p;
 }
 

@@ -1,6 +1,6 @@
 // CUDA backend of the indexer top-k ops (spec A2-A4, A8, A12).
 //
-// Work decomposition (two kernels, grids from shapes only, so captured graphs replay as the
+// Work decomposition (two kernels, or one, grids from shapes only, so captured graphs replay as the
 // batch contents change):
 //   1. index_score_kernel, grid (row tiles, ceil(max_blocks / blocks_per_cta)). Decode is
 //      memory-bound on the index keys (97% of the decode bytes at 128K), so each key is read
@@ -27,11 +27,19 @@
 //      large, find the K-th key by an 8-bit radix descent. On the H200 the rank count took the
 //      8K x 1 index call from 19.7 to 12.4 us and the sampled one 128K x 1 from 29.9 to 26.6 us
 //      (bench/results/2026-11-29-select-rank-ab/).
+//   Decode calls with tables of at most 256 columns whose score CTAs of a request fit as one
+//   thread-block cluster, one cluster per request all resident at once (plan_index_launch;
+//   batch 4 at 8K on the H200), run index_score_mma_cluster_kernel alone instead: after a cluster
+//   barrier each CTA of a request's cluster ranks the blocks of some of its rows from the block
+//   maxima left in the cluster's shared memory (distributed shared memory), with the select
+//   kernel's keys and rank count, so the top-k bits are the same and no workspace is touched.
 // Both kernels resolve rows through the same RowMap, so padding rows and rows of requests with
 // bad metadata are -1 everywhere. The scorers accumulate in fp32 in a fixed order (SIMT: per
 // lane in dimension order, then a fixed xor butterfly over 8 lanes; MMA: fixed k-step order);
 // results are bitwise repeatable.
+#include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "core/backends.h"
@@ -119,9 +127,11 @@ ScoreKernel simt_score_kernel(int upl) {
   }
 }
 
-// Tensor-core scorer, head dim a multiple of 64 (chunks = head_dim / 64, 1..4); kF16: e4m3 keys
-// and queries multiplied as f16.
-template <typename CacheT, bool kF16 = false>
+using ClusterScoreKernel = void (*)(IndexScoreParams, IndexSelectParams);
+
+// Tensor-core scorers, head dim a multiple of 64 (chunks = head_dim / 64, 1..4); kF16: e4m3 keys
+// and queries multiplied as f16. The cluster-selecting decode variants come in the same set.
+template <typename CacheT, bool kF16>
 ScoreKernel mma_score_kernel(int chunks) {
   switch (chunks) {
     case 1:
@@ -135,18 +145,44 @@ ScoreKernel mma_score_kernel(int chunks) {
   }
 }
 
+template <typename CacheT, bool kF16>
+ClusterScoreKernel mma_cluster_kernel(int chunks) {
+  switch (chunks) {
+    case 1:
+      return index_score_mma_cluster_kernel<CacheT, 1, kF16>;
+    case 2:
+      return index_score_mma_cluster_kernel<CacheT, 2, kF16>;
+    case 3:
+      return index_score_mma_cluster_kernel<CacheT, 3, kF16>;
+    default:
+      return index_score_mma_cluster_kernel<CacheT, 4, kF16>;
+  }
+}
+
+// The MMA scorer of a problem's dtypes out of one set (mma_score_kernel or mma_cluster_kernel).
+// Both operands e4m3 are multiplied as f16, which converts from e4m3 in one instruction per pair.
+template <typename Kernel>
+Kernel mma_kernel_for(const IndexProblem& pb, Kernel (*bf16)(int), Kernel (*e4m3)(int),
+                      Kernel (*e4m3_f16)(int)) {
+  const int chunks = static_cast<int>(pb.head_dim() / 64);
+  if (pb.index_cache.dtype == DType::kBF16) return bf16(chunks);
+  return pb.index_q.dtype == DType::kE4M3 ? e4m3_f16(chunks) : e4m3(chunks);
+}
+
+ClusterScoreKernel cluster_score_kernel(const IndexProblem& pb) {
+  return mma_kernel_for(pb, mma_cluster_kernel<__nv_bfloat16, false>,
+                        mma_cluster_kernel<uint8_t, false>, mma_cluster_kernel<uint8_t, true>);
+}
+
 // The score kernel of a problem: tensor cores for head dims multiple of 64, SIMT otherwise.
 ScoreKernel score_kernel(const IndexProblem& pb) {
-  const bool bf16_keys = pb.index_cache.dtype == DType::kBF16;
   if (pb.head_dim() % 64 == 0) {
-    const int chunks = static_cast<int>(pb.head_dim() / 64);
-    if (bf16_keys) return mma_score_kernel<__nv_bfloat16>(chunks);
-    // Both operands e4m3: exact in f16, which converts from e4m3 in one instruction per pair.
-    return pb.index_q.dtype == DType::kE4M3 ? mma_score_kernel<uint8_t, true>(chunks)
-                                            : mma_score_kernel<uint8_t>(chunks);
+    return mma_kernel_for(pb, mma_score_kernel<__nv_bfloat16, false>,
+                          mma_score_kernel<uint8_t, false>, mma_score_kernel<uint8_t, true>);
   }
   const int upl = static_cast<int>((pb.head_dim() / 8 + 7) / 8);
-  return bf16_keys ? simt_score_kernel<__nv_bfloat16>(upl) : simt_score_kernel<uint8_t>(upl);
+  return pb.index_cache.dtype == DType::kBF16 ? simt_score_kernel<__nv_bfloat16>(upl)
+                                              : simt_score_kernel<uint8_t>(upl);
 }
 
 // CTAs of `kernel` (kScoreThreads threads, static shared memory only) resident on one SM.
@@ -158,6 +194,59 @@ int resident_ctas_per_sm(ScoreKernel kernel) {
     n = 1;
   }
   return n;
+}
+
+// How many clusters of `kernel` of each size up to kIndexMaxClusterSize can be resident at once
+// (all sizes: a call's cluster size is its chunk count). Clusters above the portable 8 CTAs are
+// asked for only when the kernel accepts the non-portable attribute.
+detail::IndexClusterLimits query_cluster_limits(ClusterScoreKernel kernel) {
+  detail::IndexClusterLimits limits;
+  const bool large = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                          1) == cudaSuccess;
+  for (int size = 1; size <= (large ? detail::kIndexMaxClusterSize : 8); ++size) {
+    const dim3 cluster(1, static_cast<unsigned>(size), 1);
+    cudaLaunchAttribute attribute;
+    const cudaLaunchConfig_t config =
+        cluster_launch_config(cluster, dim3(kScoreThreads), 0, nullptr, cluster, &attribute);
+    int resident = 0;
+    if (cudaOccupancyMaxActiveClusters(&resident, kernel, &config) != cudaSuccess || resident < 1) {
+      break;
+    }
+    limits.max_size = size;
+    limits.resident[size] = resident;
+  }
+  (void)cudaGetLastError();  // a device without clusters answers with an error: no clusters
+  return limits;
+}
+
+// query_cluster_limits of the in-cluster-selecting MMA score kernel of a problem, cached per
+// device and kernel: it depends only on the kernel's resources and the device's GPCs. Only the
+// MMA scorer selects in-cluster, so head dims it does not serve get no clusters.
+detail::IndexClusterLimits cluster_limits(const IndexProblem& pb) {
+  constexpr int kDevices = 64, kVariants = 12;  // (bf16, e4m3, e4m3 x e4m3) x head dim 64..256
+  struct Slot {
+    std::atomic<bool> ready{false};
+    detail::IndexClusterLimits limits;
+  };
+  static Slot cache[kDevices][kVariants];
+  static std::mutex mutex;
+  int dev = 0;
+  if (pb.head_dim() % 64 != 0 || cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kDevices) {
+    (void)cudaGetLastError();
+    return {};
+  }
+  const int dtype = pb.index_cache.dtype == DType::kBF16 ? 0
+                    : pb.index_q.dtype == DType::kE4M3   ? 2
+                                                         : 1;
+  Slot& slot = cache[dev][dtype * 4 + static_cast<int>(pb.head_dim() / 64) - 1];
+  if (!slot.ready.load(std::memory_order_acquire)) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (!slot.ready.load(std::memory_order_relaxed)) {
+      slot.limits = query_cluster_limits(cluster_score_kernel(pb));
+      slot.ready.store(true, std::memory_order_release);
+    }
+  }
+  return slot.limits;
 }
 
 Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
@@ -200,8 +289,10 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
   const int rpt = rows_per_tile(pb);
   const int64_t row_tiles = pb.query_len > 0 ? rows.num_requests : (T + rpt - 1) / rpt;
   const ScoreKernel kernel = score_kernel(pb);
+  const bool decode = pb.query_len > 0;
   const detail::IndexLaunchPlan plan = detail::plan_index_launch(
-      row_tiles, pb.max_blocks(), device_sm_count(), resident_ctas_per_sm(kernel));
+      row_tiles, pb.max_blocks(), device_sm_count(), resident_ctas_per_sm(kernel), decode,
+      decode ? cluster_limits(pb) : detail::IndexClusterLimits{});
   if (plan.chunks > 0) {
     if (row_tiles > 0x7FFFFFFF || plan.chunks > 65535) {
       return detail::not_supported("index_topk: batch too large for one CUDA grid (" +
@@ -229,9 +320,14 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
     prm.scores = scores;
     prm.error_flags = flags;
     const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(plan.chunks));
+    const char* name = pb.head_dim() % 64 == 0 ? "index_score_mma_kernel" : "index_score_kernel";
+    if (plan.cluster_select) {
+      return launch_kernel_clustered("index_score_mma_cluster_kernel", cluster_score_kernel(pb),
+                                     grid, dim3(kScoreThreads), 0, cuda_stream, dim3(1, grid.y, 1),
+                                     prm, sel);
+    }
     MSA_RETURN_IF_ERROR(
-        launch_kernel(pb.head_dim() % 64 == 0 ? "index_score_mma_kernel" : "index_score_kernel",
-                      kernel, grid, dim3(kScoreThreads), 0, cuda_stream, prm));
+        launch_kernel(name, kernel, grid, dim3(kScoreThreads), 0, cuda_stream, prm));
   }
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.num_heads()));
   return launch_kernel("index_select_kernel", index_select_kernel, grid, dim3(kSelectThreads), 0,

@@ -4,6 +4,7 @@
 // are in index_topk.cu.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -104,23 +105,15 @@ __device__ __forceinline__ int32_t exclusive_sum(int32_t v, SelectSmem& sm, int3
   return offset;
 }
 
-// select_row_topk for block tables of at most kSelectThreads columns: thread b holds block b's
-// key, and a block is kept when fewer than `kept` keys exceed it (keys are distinct, so exactly
+// The kept blocks of one (row, head) among its nvb <= kSelectThreads visible blocks, by all
+// kSelectThreads threads of the calling CTA: thread b passes block b's score (ignored for b >=
+// nvb). A block is kept when fewer than `kept` keys exceed it (keys are distinct, so exactly
 // min(topk, nvb) are). Counting ranks against the keys in shared memory costs one pass of nvb
 // broadcast reads per warp that holds a visible block and two CTA barriers, where the radix
 // descent needs two barriers per 8-bit digit it resolves. Same total order, same output.
-__device__ void select_row_topk_by_rank(const IndexSelectParams& prm, int64_t row, int64_t h,
-                                        SelectSmem& sm) {
+__device__ void write_row_topk_by_rank(const IndexSelectParams& prm, int64_t row, int64_t h,
+                                       float raw, int64_t nvb, SelectSmem& sm) {
   const int tid = threadIdx.x;
-  const int64_t T = prm.rows.num_rows;
-  const int64_t max_blocks = prm.rows.max_blocks;
-  // Loaded before the row's length is known (column clamped into the row; none when the table
-  // has no columns).
-  const int64_t col = min(static_cast<int64_t>(tid), max_blocks - 1);
-  const float raw = col >= 0 ? __ldcg(prm.scores + (h * T + row) * max_blocks + col) : 0.0f;
-  const RowInfo info = resolve_row(prm.rows, row, nullptr);
-  const int64_t pos = info.pos_base + row;
-  const int64_t nvb = (info.req >= 0 && pos >= 0) ? pos / prm.rows.block_size + 1 : 0;
   const int64_t kept = min(static_cast<int64_t>(prm.topk), nvb);
   const bool visible = tid < nvb;
   const uint64_t key =
@@ -143,6 +136,27 @@ __device__ void select_row_topk_by_rank(const IndexSelectParams& prm, int64_t ro
     out[c * prm.out_stride_col] = -1;
   }
   __syncthreads();  // keys and warp_sums are reused by the caller's next row
+}
+
+// Visible blocks of a row at position pos (0 for padding rows and rows of invalid requests).
+__device__ __forceinline__ int64_t visible_blocks(const RowInfo& info, int64_t pos,
+                                                  int64_t block_size) {
+  return (info.req >= 0 && pos >= 0) ? pos / block_size + 1 : 0;
+}
+
+// select_row_topk for block tables of at most kSelectThreads columns, from the score workspace.
+__device__ void select_row_topk_by_rank(const IndexSelectParams& prm, int64_t row, int64_t h,
+                                        SelectSmem& sm) {
+  const int64_t T = prm.rows.num_rows;
+  const int64_t max_blocks = prm.rows.max_blocks;
+  // Loaded before the row's length is known (column clamped into the row; none when the table
+  // has no columns).
+  const int tid = threadIdx.x;
+  const int64_t col = min(static_cast<int64_t>(tid), max_blocks - 1);
+  const float raw = col >= 0 ? __ldcg(prm.scores + (h * T + row) * max_blocks + col) : 0.0f;
+  const RowInfo info = resolve_row(prm.rows, row, nullptr);
+  write_row_topk_by_rank(prm, row, h, raw,
+                         visible_blocks(info, info.pos_base + row, prm.rows.block_size), sm);
 }
 
 // Wide tables (more than kSelectThreads columns, keys in registers): the rank count on a
@@ -237,8 +251,7 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
   }
 
   const RowInfo info = resolve_row(prm.rows, row, nullptr);
-  const int64_t pos = info.pos_base + row;
-  const int64_t nvb = (info.req >= 0 && pos >= 0) ? pos / prm.rows.block_size + 1 : 0;
+  const int64_t nvb = visible_blocks(info, info.pos_base + row, prm.rows.block_size);
   const int64_t kept = min(static_cast<int64_t>(prm.topk), nvb);
   const int64_t end = min(nvb, begin + per_thread);
   uint64_t keys[kSelectKeysPerThread];
@@ -647,12 +660,46 @@ __device__ __forceinline__ void fill_query_fragments(const IndexScoreParams& prm
   }
 }
 
+// In-cluster top-k of decode request blockIdx.x (its rows are one segment), after its score
+// CTAs, chunk c = cluster rank c = blockIdx.y, left their block maxima in block_max ([block in
+// chunk][row-head]): CTA c selects row-heads c, c + chunks, ..., its thread b reading block b's
+// maximum from the shared memory of the CTA that scored it. Only visible blocks are read, and
+// every CTA that owns one scored it (a CTA skips its chunk only when no row of the request sees
+// any of its blocks). The keys and the rank count are those of the select kernel, so both paths
+// write the same bits. The tile bounds are recomputed here rather than kept live across the
+// scoring loop, whose registers are at the kernel's limit.
+__device__ void cluster_select_topk(const IndexScoreParams& prm, const IndexSelectParams& sel,
+                                    const uint32_t* block_max, SelectSmem& sm) {
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every CTA's block maxima are final
+  const int H = prm.num_heads;
+  const int64_t tile_start = static_cast<int64_t>(blockIdx.x) * prm.rows_per_tile;
+  const int64_t tile_end = min(prm.rows.num_rows, tile_start + prm.rows_per_tile);
+  const int nrh = static_cast<int>(tile_end - tile_start) * H;
+  const int tid = threadIdx.x;
+  const int bpc = prm.blocks_per_cta;
+  const RowInfo info = resolve_row(prm.rows, tile_start, nullptr);
+  for (int rh = blockIdx.y; rh < nrh; rh += gridDim.y) {
+    const int64_t row = tile_start + rh / H;
+    const int64_t nvb = visible_blocks(info, info.pos_base + row, prm.rows.block_size);
+    float raw = 0.0f;
+    if (tid < nvb) {
+      raw = unordered_f32(cluster.map_shared_rank(
+          block_max, static_cast<unsigned>(tid / bpc))[(tid % bpc) * nrh + rh]);
+    }
+    write_row_topk_by_rank(sel, row, rh % H, raw, nvb, sm);
+  }
+  cluster.sync();  // no CTA may exit while another still reads its shared memory
+}
+
 // Same decomposition as index_score_kernel (CTA = row tile x chunk of blocks, block maxima via
 // shared-memory atomicMax over ordered floats); a warp scores 16-key tiles with mma.sync.
 // CH = head_dim / 64. kF16: e4m3 keys and e4m3 queries, multiplied as f16 (exact like bf16).
-template <typename CacheT, int CH, bool kF16 = false>
-__global__ void __launch_bounds__(kScoreThreads, 2)
-    index_score_mma_kernel(const IndexScoreParams prm) {
+// kClusterSelect: selects in-cluster into *sel (cluster_select_topk) instead of writing scores.
+template <typename CacheT, int CH, bool kF16, bool kClusterSelect>
+__device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
+                                          const IndexSelectParams* sel) {
   static_assert(!kF16 || std::is_same_v<CacheT, uint8_t>, "the f16 path is for e4m3 keys");
   using Raw = typename IndexKeyLoad<CacheT>::Raw;
   using QElem = std::conditional_t<kF16, __half, __nv_bfloat16>;
@@ -843,17 +890,38 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
       tp = tp_next;
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
-      const int bl = i / nrh, rh = i - bl * nrh;
-      const int64_t row = row0 + rh / H;
-      const int64_t pos = info.pos_base + row;
-      const int64_t b = b0 + bl;
-      if (pos >= 0 && b <= pos / bs) {
-        prm.scores[((rh % H) * T + row) * max_blocks + b] = unordered_f32(block_max[i]);
+    // In-cluster selection (decode: one segment) reads the block maxima where they are.
+    if constexpr (!kClusterSelect) {
+      for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
+        const int bl = i / nrh, rh = i - bl * nrh;
+        const int64_t row = row0 + rh / H;
+        const int64_t pos = info.pos_base + row;
+        const int64_t b = b0 + bl;
+        if (pos >= 0 && b <= pos / bs) {
+          prm.scores[((rh % H) * T + row) * max_blocks + b] = unordered_f32(block_max[i]);
+        }
       }
     }
     row0 = row1;
   }
+  if constexpr (kClusterSelect) {
+    __shared__ SelectSmem s_select;
+    cluster_select_topk(prm, *sel, block_max, s_select);
+  }
+}
+
+template <typename CacheT, int CH, bool kF16 = false>
+__global__ void __launch_bounds__(kScoreThreads, 2)
+    index_score_mma_kernel(const IndexScoreParams prm) {
+  score_mma<CacheT, CH, kF16, false>(prm, nullptr);
+}
+
+// The decode variant whose grid's chunks of a request (grid.y) are one thread-block cluster that
+// selects the request's top-k into `sel` (sel.scores unused) instead of writing prm.scores.
+template <typename CacheT, int CH, bool kF16 = false>
+__global__ void __launch_bounds__(kScoreThreads, 2)
+    index_score_mma_cluster_kernel(const IndexScoreParams prm, const IndexSelectParams sel) {
+  score_mma<CacheT, CH, kF16, true>(prm, &sel);
 }
 
 }  // namespace cuda

@@ -241,6 +241,10 @@ TEST(CudaConsistency, IndexTopkDecode8K) {
   MSA_REQUIRE_TEST_DEVICE();
   check_index_case(decode_case(8192, 1, 1, DType::kBF16, 11));
   check_index_case(decode_case(8192, 16, 4, DType::kE4M3, 12));
+  // Batch 4 selects in-cluster on the H200 (launch_policy.h), batches 1 and 16 in the select
+  // kernel.
+  check_index_case(decode_case(8192, 4, 1, DType::kBF16, 13));
+  check_index_case(decode_case(8192, 4, 4, DType::kE4M3, 14));
 }
 
 TEST(CudaConsistency, IndexTopkDecode32K) {

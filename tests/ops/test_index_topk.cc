@@ -582,6 +582,24 @@ TEST(IndexTopk, WideTableWithLowSamplesSelectsExactly) {
   EXPECT_EQ(oracle::index_topk_row(b.oracle_in, 0, 0), want);
 }
 
+// The CUDA indexer selects a decode batch's top-k inside each request's cluster of score CTAs
+// when one cluster per request fits on the GPU at once, else in a select kernel
+// (core/launch_policy.h): on the H200, 200 requests of up to 16 blocks are 200 one-CTA
+// clusters, 300 take the select kernel. The sweeps above cover multi-CTA clusters.
+TEST(IndexTopk, ManyDecodeRequestsEitherSelectionPath) {
+  MSA_REQUIRE_TEST_DEVICE();
+  for (int requests : {200, 300}) {
+    BatchSpec s;
+    s.query_len = 1;
+    std::mt19937_64 rng(static_cast<uint64_t>(requests));
+    std::uniform_int_distribution<int64_t> len(0, 2048);
+    for (int i = 0; i < requests; ++i) s.seq_lens.push_back(len(rng));
+    s.table_cols = 16;
+    s.seed = static_cast<uint64_t>(requests) + 5;
+    run_and_check(s);
+  }
+}
+
 TEST(IndexTopk, FewVisibleBlocksSelectsAll) {
   MSA_REQUIRE_TEST_DEVICE();
   BatchSpec s;

@@ -77,14 +77,88 @@ TEST(LaunchPolicy, IndexWithNothingToScoreLaunchesNoScoreGrid) {
   EXPECT_EQ(plan_index_launch(0, 64, kH200Sms, kScoreCtas).chunks, 0);
 }
 
+// Resident clusters of each size (index = CTAs per cluster) of a 256-thread kernel at 2 CTAs per
+// SM on the H200, as cudaOccupancyMaxActiveClusters reports them (a cluster stays within one GPC;
+// bench/results/2026-11-30-index-cluster-select-ab/).
+IndexClusterLimits h200_clusters() {
+  IndexClusterLimits c;
+  c.max_size = 16;
+  const int64_t resident[] = {0, 264, 132, 79, 62, 47, 39, 32, 30, 23, 21, 16, 16, 14, 14, 14, 14};
+  for (int i = 0; i <= 16; ++i) c.resident[i] = resident[i];
+  return c;
+}
+
+IndexLaunchPlan plan_decode(int64_t requests, int64_t max_blocks,
+                            const IndexClusterLimits& clusters = h200_clusters()) {
+  return plan_index_launch(requests, max_blocks, kH200Sms, kScoreCtas, true, clusters);
+}
+
+TEST(LaunchPolicy, IndexSelectsInClusterWhereOneWaveOfClustersFits) {
+  // Batch 4 at 8K: 256 one-block CTAs fill the wave; at 4 blocks per CTA each request is one
+  // 16-CTA cluster, and 4 of the 14 resident ones.
+  IndexLaunchPlan p = plan_decode(4, 64);
+  EXPECT_TRUE(p.cluster_select);
+  EXPECT_EQ(p.blocks_per_cta, 4);
+  EXPECT_EQ(p.chunks, 16);
+  // Batch 16 at 2K (16 blocks): 16 clusters of 16 do not fit at once, 16 of 8 two-block CTAs do.
+  p = plan_decode(16, 16);
+  EXPECT_TRUE(p.cluster_select);
+  EXPECT_EQ(p.blocks_per_cta, 2);
+  EXPECT_EQ(p.chunks, 8);
+  // Batch 200 at 1K: one CTA owns a request (a cluster of one).
+  p = plan_decode(200, 8);
+  EXPECT_TRUE(p.cluster_select);
+  EXPECT_EQ(p.chunks, 1);
+  EXPECT_EQ(p.blocks_per_cta, 8);
+}
+
+TEST(LaunchPolicy, IndexKeepsTheSelectKernelElsewhere) {
+  // Batch 1 at 8K: 64 CTAs, a quarter of a wave, keep one block each (a 16-CTA cluster of
+  // 4-block CTAs was slower).
+  IndexLaunchPlan p = plan_decode(1, 64);
+  EXPECT_FALSE(p.cluster_select);
+  EXPECT_EQ(p.blocks_per_cta, 1);
+  EXPECT_EQ(p.chunks, 64);
+  // Batch 16 at 8K: 16 clusters of 16 four-block CTAs do not fit at once (14), and 8-block CTAs
+  // are past the growth limit.
+  p = plan_decode(16, 64);
+  EXPECT_FALSE(p.cluster_select);
+  EXPECT_EQ(p.blocks_per_cta, 4);
+  EXPECT_EQ(p.chunks, 16);
+  // Batch 64 at 8K: 64 clusters of 4 sixteen-block CTAs, 62 resident.
+  EXPECT_FALSE(plan_decode(64, 64).cluster_select);
+  // Batch 1 at 32K: 256 one-block CTAs would have to become 16-block ones.
+  EXPECT_FALSE(plan_decode(1, 256).cluster_select);
+  // Tables wider than the rank selection's 256 columns, prefill, and devices without clusters
+  // (or with the portable 8 only, where batch 4 at 8K would need 16).
+  EXPECT_FALSE(plan_decode(1, 257).cluster_select);
+  EXPECT_FALSE(
+      plan_index_launch(4, 64, kH200Sms, kScoreCtas, false, h200_clusters()).cluster_select);
+  EXPECT_FALSE(plan_decode(4, 64, IndexClusterLimits{}).cluster_select);
+  IndexClusterLimits portable = h200_clusters();
+  portable.max_size = 8;
+  EXPECT_FALSE(plan_decode(4, 64, portable).cluster_select);
+  // Without clusters the plan is the one-wave plan.
+  const IndexLaunchPlan plain = plan_index_launch(4, 64, kH200Sms, kScoreCtas);
+  EXPECT_EQ(plan_decode(4, 64, IndexClusterLimits{}).blocks_per_cta, plain.blocks_per_cta);
+}
+
 TEST(LaunchPolicy, IndexCoversEveryBlockExactlyOnce) {
+  const IndexClusterLimits clusters = h200_clusters();
   for (int sms : {1, 16, 132}) {
     for (int ctas : {1, 2, 8}) {
-      for (int64_t tiles : {1, 3, 16, 64, 257}) {
-        for (int64_t max_blocks : {1, 2, 7, 63, 64, 65, 1000, 1024, 4096}) {
-          const IndexLaunchPlan p = plan_index_launch(tiles, max_blocks, sms, ctas);
+      for (int64_t tiles : {1, 3, 4, 16, 64, 257}) {
+        for (int64_t max_blocks : {1, 2, 7, 16, 63, 64, 65, 256, 1000, 1024, 4096}) {
+          const IndexLaunchPlan p = plan_index_launch(tiles, max_blocks, sms, ctas, sms == 132,
+                                                      sms == 132 ? clusters : IndexClusterLimits{});
           ASSERT_GE(p.blocks_per_cta, 1);
           ASSERT_LE(p.blocks_per_cta, kIndexMaxBlocksPerCta);
+          if (p.cluster_select) {
+            // One cluster per request, all resident at once, over a table the rank path serves.
+            EXPECT_LE(p.chunks, clusters.max_size);
+            EXPECT_LE(tiles, clusters.resident[p.chunks]);
+            EXPECT_LE(max_blocks, kIndexClusterSelectMaxBlocks);
+          }
           std::vector<int> owners(static_cast<size_t>(max_blocks), 0);
           for (int64_t c = 0; c < p.chunks; ++c) {
             const BlockRange r = index_cta_blocks(p, c, max_blocks);
