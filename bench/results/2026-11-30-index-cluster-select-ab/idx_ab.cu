@@ -11,31 +11,39 @@
 
 #include "msa/indexer.h"
 
-#define CK(x)                                                                   \
-  do {                                                                          \
-    cudaError_t e_ = (x);                                                       \
-    if (e_ != cudaSuccess) {                                                    \
-      printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));         \
-      return 1;                                                                 \
-    }                                                                           \
+#define CK(x)                                                           \
+  do {                                                                  \
+    cudaError_t e_ = (x);                                               \
+    if (e_ != cudaSuccess) {                                            \
+      printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      return 1;                                                         \
+    }                                                                   \
   } while (0)
 
 __global__ void flush_read(const uint4* p, size_t n, unsigned* sink) {
   unsigned acc = 0;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) acc ^= p[i].x;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    acc ^= p[i].x;
   if (acc == 0x12345678u) *sink = acc;
 }
 __global__ void fill8(unsigned char* p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
     unsigned h = (unsigned)i * 2654435761u ^ seed;
-    h ^= h >> 13; h *= 0x5bd1e995u; h ^= h >> 15;
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
     p[i] = (unsigned char)((h & 0x77) | ((h >> 8) & 0x80));
   }
 }
 __global__ void fill(__nv_bfloat16* p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
     unsigned h = (unsigned)i * 2654435761u ^ seed;
-    h ^= h >> 13; h *= 0x5bd1e995u; h ^= h >> 15;
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
     p[i] = __float2bfloat16(((h & 0xFFFF) / 65536.0f) - 0.5f);
   }
 }
@@ -71,19 +79,26 @@ int run_case(int ctx, int B, bool fp8, const uint4* fl, size_t fn, unsigned* sin
   msa::IndexTopkDecodeArgs a;
   const msa::Device dev = msa::Device::cuda(0);
   a.index_q = msa::make_tensor(q, fp8 ? msa::DType::kE4M3 : msa::DType::kBF16, {T, 1, D}, dev);
-  a.index_cache = msa::make_tensor(cache, fp8 ? msa::DType::kE4M3 : msa::DType::kBF16, {pool, bs, D}, dev);
+  a.index_cache =
+      msa::make_tensor(cache, fp8 ? msa::DType::kE4M3 : msa::DType::kBF16, {pool, bs, D}, dev);
   a.block_table = msa::make_tensor(bt, msa::DType::kI32, {B, nb}, dev);
   a.seq_lens = msa::make_tensor(sl, msa::DType::kI32, {B}, dev);
   a.topk_out = msa::make_tensor(tk, msa::DType::kI32, {1, T, 16}, dev);
   size_t wsb = 0;
-  if (!msa::workspace_size(a, &wsb).ok()) { printf("ws failed\n"); return 1; }
+  if (!msa::workspace_size(a, &wsb).ok()) {
+    printf("ws failed\n");
+    return 1;
+  }
   void* ws;
   CK(cudaMalloc(&ws, wsb + 256));
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
   msa::Stream st{s, 0};
   msa::Status r = msa::run(a, msa::Workspace{ws, wsb}, st);
-  if (!r.ok()) { printf("run failed: %s\n", r.message().c_str()); return 1; }
+  if (!r.ok()) {
+    printf("run failed: %s\n", r.message().c_str());
+    return 1;
+  }
   CK(cudaStreamSynchronize(s));
   std::vector<int32_t> h_tk((size_t)T * 16);
   CK(cudaMemcpy(h_tk.data(), tk, h_tk.size() * 4, cudaMemcpyDeviceToHost));
@@ -110,10 +125,17 @@ int run_case(int ctx, int B, bool fp8, const uint4* fl, size_t fn, unsigned* sin
     if (it >= 5) ts.push_back(ms * 1000);
   }
   std::sort(ts.begin(), ts.end());
-  printf("ctx %6d B %2d %s: index median %6.1f us (min %6.1f) topk %016llx\n", ctx, B, fp8 ? "fp8 " : "bf16",
-         ts[ts.size() / 2], ts[0], hash);
-  cudaFree(cache); cudaFree(q); cudaFree(bt); cudaFree(sl); cudaFree(tk); cudaFree(ws);
-  cudaGraphExecDestroy(ge); cudaGraphDestroy(g); cudaStreamDestroy(s);
+  printf("ctx %6d B %2d %s: index median %6.1f us (min %6.1f) topk %016llx\n", ctx, B,
+         fp8 ? "fp8 " : "bf16", ts[ts.size() / 2], ts[0], hash);
+  cudaFree(cache);
+  cudaFree(q);
+  cudaFree(bt);
+  cudaFree(sl);
+  cudaFree(tk);
+  cudaFree(ws);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
   return 0;
 }
 
@@ -124,10 +146,23 @@ int main() {
   CK(cudaMalloc(&fl, fbytes));
   CK(cudaMalloc(&sink, 4));
   CK(cudaMemset(fl, 1, fbytes));
-  struct C { int ctx, B; bool fp8; };
-  for (C c : std::vector<C>{{8192, 1, false}, {8192, 4, false}, {8192, 16, false}, {8192, 64, false},
-                            {32768, 1, false}, {32768, 4, false}, {32768, 16, false}, {131072, 1, false},
-                            {8192, 1, true}, {8192, 4, true}, {8192, 16, true}, {8192, 64, true}, {32768, 4, true}}) {
+  struct C {
+    int ctx, B;
+    bool fp8;
+  };
+  for (C c : std::vector<C>{{8192, 1, false},
+                            {8192, 4, false},
+                            {8192, 16, false},
+                            {8192, 64, false},
+                            {32768, 1, false},
+                            {32768, 4, false},
+                            {32768, 16, false},
+                            {131072, 1, false},
+                            {8192, 1, true},
+                            {8192, 4, true},
+                            {8192, 16, true},
+                            {8192, 64, true},
+                            {32768, 4, true}}) {
     if (run_case(c.ctx, c.B, c.fp8, fl, fbytes / 16, sink)) return 1;
   }
   return 0;
