@@ -18,17 +18,6 @@ namespace detail {
 
 // Blocks of one row tile a score CTA may own (its block maxima and page ids sit in shared memory).
 constexpr int kIndexMaxBlocksPerCta = 32;
-// The tensor-core scorer holds kIndexBlockSlotsPerCta block maxima (blocks x query vectors of its
-// row tile), so with fewer query vectors per tile its CTAs may own more blocks.
-constexpr int kIndexBlockSlotsPerCta = 1024;
-
-// Most blocks a tensor-core score CTA may own for `row_heads` query vectors per row tile: the
-// largest power of two with that many slots, and at least kIndexMaxBlocksPerCta.
-inline int index_max_blocks_per_cta(int64_t row_heads) {
-  int bpc = kIndexMaxBlocksPerCta;
-  while (2 * bpc * std::max<int64_t>(row_heads, 1) <= kIndexBlockSlotsPerCta) bpc *= 2;
-  return bpc;
-}
 
 struct IndexLaunchPlan {
   int64_t row_tiles = 0;   // grid.x: decode: one request; prefill: a tile of rows
@@ -66,17 +55,13 @@ constexpr int64_t kIndexClusterSelectMaxBlocks = 256;
 constexpr int kIndexClusterGrowBlocks = 4;
 
 // row_tiles x max_blocks block positions, cut into CTAs of blocks_per_cta consecutive blocks.
-// blocks_per_cta is the smallest power of two (<= opt.max_blocks_per_cta) whose grid fits in one
+// blocks_per_cta is the smallest power of two (<= kIndexMaxBlocksPerCta) whose grid fits in one
 // wave of resident CTAs (ctas_per_sm, the score kernel's occupancy, x sm_count): a small batch
 // (batch 1 at 8K: 64 blocks) spreads its stream over as many CTAs as can run at once, and no
 // call pays for a second, partial wave of short CTAs (at 2 resident CTAs per SM, one block per
-// CTA at 128K x 1 took 4 waves: 25 us against 15 us in one). Large batches fill one wave with
-// long CTAs where the scorer can hold their block maxima (the tensor-core scorer with one query
-// vector per request: up to 1024 blocks, so decode up to 128K x 64 or 512K x 16 is one wave):
-// 2-4% faster on the H200 than waves of 32-block CTAs (128K x 64 501 -> 491 us, e4m3 keys 384 ->
-// 369 us; bench/results/2026-11-30-index-long-ctas-ab/), which pay the per-CTA prologue (query
-// load, page ids, barrier) every 32 blocks and a ramp at every wave boundary. Batches beyond
-// that stream in waves of the longest CTAs allowed.
+// CTA at 128K x 1 took 4 waves: 25 us against 15 us in one). Large batches (more blocks than a
+// wave can hold at 32 per CTA) stream in waves of 32-block CTAs, which pay the per-CTA prologue
+// (query load, page ids, barrier) once per 32 blocks.
 //
 // The top-k selection is then a second kernel, one CTA per (row, head), except in decode calls
 // (a row tile is one request) with block tables of at most kIndexClusterSelectMaxBlocks columns
@@ -86,24 +71,16 @@ constexpr int kIndexClusterGrowBlocks = 4;
 // kernel. Fusing the selection into the last score CTA of a row (completion counter), or into a
 // cooperatively launched score grid after a grid barrier, was measured slower on the H200
 // (bench/README.md).
-struct IndexPlanOptions {
-  int max_blocks_per_cta = kIndexMaxBlocksPerCta;  // index_max_blocks_per_cta for the MMA scorer
-  bool decode = false;                             // a row tile is one request
-  IndexClusterLimits clusters;                     // none: the select kernel always
-};
-
 inline IndexLaunchPlan plan_index_launch(int64_t row_tiles, int64_t max_blocks, int sm_count,
-                                         int ctas_per_sm, const IndexPlanOptions& opt = {}) {
-  const bool decode = opt.decode;
-  const IndexClusterLimits& clusters = opt.clusters;
+                                         int ctas_per_sm, bool decode = false,
+                                         const IndexClusterLimits& clusters = {}) {
   IndexLaunchPlan p;
   p.row_tiles = row_tiles;
   if (row_tiles <= 0 || max_blocks <= 0) return p;
   const int64_t wave = static_cast<int64_t>(std::max(ctas_per_sm, 1)) * std::max(sm_count, 1);
   auto chunks_of = [&](int bpc) { return (max_blocks + bpc - 1) / bpc; };
   int bpc = 1;
-  const int max_bpc = std::max(opt.max_blocks_per_cta, 1);
-  while (bpc < max_bpc && row_tiles * chunks_of(bpc) > wave) bpc *= 2;
+  while (bpc < kIndexMaxBlocksPerCta && row_tiles * chunks_of(bpc) > wave) bpc *= 2;
   p.blocks_per_cta = bpc;
   p.chunks = chunks_of(bpc);
   const int max_size = std::min(clusters.max_size, kIndexMaxClusterSize);

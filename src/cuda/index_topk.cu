@@ -10,8 +10,7 @@
 //      query of the tile. blocks_per_cta (plan_index_launch in core/launch_policy.h) is the
 //      smallest that fits the grid in one wave of resident CTAs (the kernel's occupancy,
 //      queried at run time), so small batches spread the stream over the whole GPU without a
-//      partial second wave, and large ones stream in long CTAs (up to 1024 blocks for the MMA
-//      scorer with one query vector per request; 32 otherwise). A CTA loads its blocks' page
+//      partial second wave, and large ones stream in 32-block CTAs. A CTA loads its blocks' page
 //      ids once with the queries, and each warp keeps the next 16-key tile's loads in flight while
 //      it multiplies the current one. CTAs whose blocks no row can see exit at once. Block maxima
 //      go to a workspace buffer [H, T, max_blocks] fp32. Head dims that are a multiple of 64 (M3:
@@ -58,8 +57,7 @@ namespace {
 // Both forms, with the row layout resolved (query_len > 0: decode; else prefill).
 using IndexProblem = detail::IndexTopkProblem;
 
-static_assert(detail::kIndexMaxBlocksPerCta == kMaxScoreBlocks &&
-                  detail::kIndexBlockSlotsPerCta == kMaxScoreBlockSlots,
+static_assert(detail::kIndexMaxBlocksPerCta == kMaxScoreBlocks,
               "the launch policy and the score kernels agree on blocks per CTA");
 
 // Block maxima [H, T, max_blocks] fp32.
@@ -291,14 +289,10 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
   const int rpt = rows_per_tile(pb);
   const int64_t row_tiles = pb.query_len > 0 ? rows.num_requests : (T + rpt - 1) / rpt;
   const ScoreKernel kernel = score_kernel(pb);
-  detail::IndexPlanOptions options;
-  options.decode = pb.query_len > 0;
-  if (pb.head_dim() % 64 == 0) {
-    options.max_blocks_per_cta = detail::index_max_blocks_per_cta(rpt * pb.num_heads());
-    if (options.decode) options.clusters = cluster_limits(pb);
-  }
+  const bool decode = pb.query_len > 0;
   const detail::IndexLaunchPlan plan = detail::plan_index_launch(
-      row_tiles, pb.max_blocks(), device_sm_count(), resident_ctas_per_sm(kernel), options);
+      row_tiles, pb.max_blocks(), device_sm_count(), resident_ctas_per_sm(kernel), decode,
+      decode ? cluster_limits(pb) : detail::IndexClusterLimits{});
   if (plan.chunks > 0) {
     if (row_tiles > 0x7FFFFFFF || plan.chunks > 65535) {
       return detail::not_supported("index_topk: batch too large for one CUDA grid (" +

@@ -20,10 +20,7 @@ namespace cuda {
 constexpr int kScoreThreads = 256;
 constexpr int kScoreWarps = kScoreThreads / 32;
 constexpr int kMaxScoreRowHeads = 32;  // (row, head) query vectors held by one score CTA
-constexpr int kMaxScoreBlocks = 32;    // blocks per SIMT score CTA
-// Block maxima an MMA score CTA holds (blocks x (row, head) query vectors of its tile), and so
-// the most blocks it owns (decode with one query vector per request: a whole 128K row).
-constexpr int kMaxScoreBlockSlots = kMaxScoreBlocks * kMaxScoreRowHeads;
+constexpr int kMaxScoreBlocks = 32;    // blocks per score CTA
 constexpr int kMaxIndexDim = 256;
 constexpr int kSelectThreads = 256;
 
@@ -49,7 +46,7 @@ struct IndexScoreParams {
   int32_t num_heads;
   int32_t head_dim;
   int32_t rows_per_tile;   // rows per CTA (decode: the query length, so a CTA is one request)
-  int32_t blocks_per_cta;  // SIMT: <= kMaxScoreBlocks; MMA: x row-heads <= kMaxScoreBlockSlots
+  int32_t blocks_per_cta;  // <= kMaxScoreBlocks
   float* scores;           // [H, T, max_blocks] block maxima; only visible blocks are written
   int32_t* error_flags;
 };
@@ -708,8 +705,8 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
   using QElem = std::conditional_t<kF16, __half, __nv_bfloat16>;
   constexpr int kNTiles = kMaxScoreRowHeads / 8;
   __shared__ __align__(16) QElem q_s[kMaxScoreRowHeads * kMaxIndexDim];
-  __shared__ uint32_t block_max[kMaxScoreBlockSlots];
-  __shared__ int32_t s_page[kMaxScoreBlockSlots];
+  __shared__ uint32_t block_max[kMaxScoreBlocks * kMaxScoreRowHeads];
+  __shared__ int32_t s_page[kMaxScoreBlocks];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, tq = lane & 3;
@@ -743,23 +740,12 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
   if (early) {
     const int32_t* len = prm.rows.seq_lens + blockIdx.x * prm.rows.seq_lens_stride;
     prefetch_l1(len);
-    constexpr int kPagesPerThread = kMaxScoreBlockSlots / kScoreThreads;
-    int32_t page[kPagesPerThread];
-#pragma unroll
-    for (int k = 0; k < kPagesPerThread; ++k) {
-      const int i = static_cast<int>(threadIdx.x) + k * kScoreThreads;
-      const int64_t b = b0 + i;
-      page[k] = 0;
-      if (i < prm.blocks_per_cta && b < max_blocks) {
-        page[k] = prm.block_table[blockIdx.x * prm.bt_stride_req + b * prm.bt_stride_block];
-      }
-    }
+    const int64_t b = b0 + threadIdx.x;
+    int32_t page = 0;
+    const bool has_page = static_cast<int>(threadIdx.x) < prm.blocks_per_cta && b < max_blocks;
+    if (has_page) page = prm.block_table[blockIdx.x * prm.bt_stride_req + b * prm.bt_stride_block];
     fill_queries(tile_start, static_cast<int>(tile_end - tile_start) * H);
-#pragma unroll
-    for (int k = 0; k < kPagesPerThread; ++k) {
-      const int i = static_cast<int>(threadIdx.x) + k * kScoreThreads;
-      if (i < prm.blocks_per_cta && b0 + i < max_blocks) s_page[i] = page[k];
-    }
+    if (has_page) s_page[threadIdx.x] = page;
   }
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
     check_cu_seqlens(prm.rows, prm.error_flags);

@@ -600,23 +600,6 @@ TEST(IndexTopk, ManyDecodeRequestsEitherSelectionPath) {
   }
 }
 
-// 140 decode requests over a 512-column table, M3's index head dim: on the H200 the CUDA scorer
-// (2 CTAs per SM) covers them in one wave of 140 CTAs of 512 blocks each
-// (core/launch_policy.h), so a CTA loads more page ids than it has threads; two requests are
-// long enough to use them.
-TEST(IndexTopk, ManyRequestsOnWideTablesInLongCtas) {
-  MSA_REQUIRE_TEST_DEVICE();
-  BatchSpec s;
-  s.head_dim = 128;
-  s.query_len = 1;
-  std::mt19937_64 rng(140);
-  std::uniform_int_distribution<int64_t> len(0, 1500);
-  for (int i = 0; i < 140; ++i) s.seq_lens.push_back(i == 3 || i == 77 ? 40000 + i : len(rng));
-  s.table_cols = 512;
-  s.seed = 141;
-  run_and_check(s);
-}
-
 TEST(IndexTopk, FewVisibleBlocksSelectsAll) {
   MSA_REQUIRE_TEST_DEVICE();
   BatchSpec s;

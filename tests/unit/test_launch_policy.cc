@@ -71,35 +71,6 @@ TEST(LaunchPolicy, IndexStreamsLargeBatchesInFullCtas) {
             plan_index_launch(4, 1024, kH200Sms, 1).blocks_per_cta);
 }
 
-TEST(LaunchPolicy, IndexFillsOneWaveWithLongCtasWhereTheScorerHoldsThem) {
-  // The tensor-core scorer holds 1024 block maxima: 1024 blocks per CTA for one query vector per
-  // request, 256 for 4 (speculative rows), 32 for 32.
-  EXPECT_EQ(index_max_blocks_per_cta(1), 1024);
-  EXPECT_EQ(index_max_blocks_per_cta(4), 256);
-  EXPECT_EQ(index_max_blocks_per_cta(3), 256);
-  EXPECT_EQ(index_max_blocks_per_cta(32), kIndexMaxBlocksPerCta);
-  IndexPlanOptions opt;
-  opt.decode = true;
-  opt.max_blocks_per_cta = index_max_blocks_per_cta(1);
-  // Batch 64 at 128K: 256 CTAs of 256 blocks, one wave (32-block CTAs: 2048 in ~8 waves).
-  IndexLaunchPlan p = plan_index_launch(64, 1024, kH200Sms, kScoreCtas, opt);
-  EXPECT_EQ(p.blocks_per_cta, 256);
-  EXPECT_EQ(p.row_tiles * p.chunks, 256);
-  // Batch 16 at 512K: 16 x 16 CTAs of 256 blocks.
-  p = plan_index_launch(16, 4096, kH200Sms, kScoreCtas, opt);
-  EXPECT_EQ(p.blocks_per_cta, 256);
-  EXPECT_EQ(p.chunks, 16);
-  // Batch 64 at 512K needs 1024-block CTAs for one wave; more than that streams in waves.
-  p = plan_index_launch(64, 4096, kH200Sms, kScoreCtas, opt);
-  EXPECT_EQ(p.blocks_per_cta, 1024);
-  EXPECT_EQ(p.row_tiles * p.chunks, 256);
-  p = plan_index_launch(512, 4096, kH200Sms, kScoreCtas, opt);
-  EXPECT_EQ(p.blocks_per_cta, 1024);
-  EXPECT_EQ(p.row_tiles * p.chunks, 2048);
-  // Shapes that already fit one wave keep their CTAs (batch 16 at 32K: 16-block CTAs).
-  EXPECT_EQ(plan_index_launch(16, 256, kH200Sms, kScoreCtas, opt).blocks_per_cta, 16);
-}
-
 TEST(LaunchPolicy, IndexWithNothingToScoreLaunchesNoScoreGrid) {
   const IndexLaunchPlan empty = plan_index_launch(4, 0, kH200Sms, kScoreCtas);
   EXPECT_EQ(empty.chunks, 0);
@@ -119,10 +90,7 @@ IndexClusterLimits h200_clusters() {
 
 IndexLaunchPlan plan_decode(int64_t requests, int64_t max_blocks,
                             const IndexClusterLimits& clusters = h200_clusters()) {
-  IndexPlanOptions opt;
-  opt.decode = true;
-  opt.clusters = clusters;
-  return plan_index_launch(requests, max_blocks, kH200Sms, kScoreCtas, opt);
+  return plan_index_launch(requests, max_blocks, kH200Sms, kScoreCtas, true, clusters);
 }
 
 TEST(LaunchPolicy, IndexSelectsInClusterWhereOneWaveOfClustersFits) {
@@ -164,9 +132,8 @@ TEST(LaunchPolicy, IndexKeepsTheSelectKernelElsewhere) {
   // Tables wider than the rank selection's 256 columns, prefill, and devices without clusters
   // (or with the portable 8 only, where batch 4 at 8K would need 16).
   EXPECT_FALSE(plan_decode(1, 257).cluster_select);
-  IndexPlanOptions prefill;
-  prefill.clusters = h200_clusters();
-  EXPECT_FALSE(plan_index_launch(4, 64, kH200Sms, kScoreCtas, prefill).cluster_select);
+  EXPECT_FALSE(
+      plan_index_launch(4, 64, kH200Sms, kScoreCtas, false, h200_clusters()).cluster_select);
   EXPECT_FALSE(plan_decode(4, 64, IndexClusterLimits{}).cluster_select);
   IndexClusterLimits portable = h200_clusters();
   portable.max_size = 8;
@@ -182,13 +149,10 @@ TEST(LaunchPolicy, IndexCoversEveryBlockExactlyOnce) {
     for (int ctas : {1, 2, 8}) {
       for (int64_t tiles : {1, 3, 4, 16, 64, 257}) {
         for (int64_t max_blocks : {1, 2, 7, 16, 63, 64, 65, 256, 1000, 1024, 4096}) {
-          IndexPlanOptions opt;
-          opt.decode = sms == 132;
-          if (opt.decode) opt.clusters = clusters;
-          if (ctas == 2) opt.max_blocks_per_cta = index_max_blocks_per_cta(1);
-          const IndexLaunchPlan p = plan_index_launch(tiles, max_blocks, sms, ctas, opt);
+          const IndexLaunchPlan p = plan_index_launch(tiles, max_blocks, sms, ctas, sms == 132,
+                                                      sms == 132 ? clusters : IndexClusterLimits{});
           ASSERT_GE(p.blocks_per_cta, 1);
-          ASSERT_LE(p.blocks_per_cta, opt.max_blocks_per_cta);
+          ASSERT_LE(p.blocks_per_cta, kIndexMaxBlocksPerCta);
           if (p.cluster_select) {
             // One cluster per request, all resident at once, over a table the rank path serves.
             EXPECT_LE(p.chunks, clusters.max_size);
