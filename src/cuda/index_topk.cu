@@ -129,57 +129,48 @@ ScoreKernel simt_score_kernel(int upl) {
 
 using ClusterScoreKernel = void (*)(IndexScoreParams, IndexSelectParams);
 
-// Tensor-core scorers, head dim a multiple of 64 (chunks = head_dim / 64, 1..4); kF16: e4m3 keys
-// and queries multiplied as f16. The cluster-selecting decode variants come in the same set.
-template <typename CacheT, bool kF16>
-ScoreKernel mma_score_kernel(int chunks) {
-  switch (chunks) {
-    case 1:
-      return index_score_mma_kernel<CacheT, 1, kF16>;
-    case 2:
-      return index_score_mma_kernel<CacheT, 2, kF16>;
-    case 3:
-      return index_score_mma_kernel<CacheT, 3, kF16>;
-    default:
-      return index_score_mma_kernel<CacheT, 4, kF16>;
+// One tensor-core scorer instance: kCluster selects the cluster-selecting decode variant.
+template <typename CacheT, int CH, bool kF16, bool kCluster>
+auto mma_instance() {
+  if constexpr (kCluster) {
+    return index_score_mma_cluster_kernel<CacheT, CH, kF16>;
+  } else {
+    return index_score_mma_kernel<CacheT, CH, kF16>;
   }
 }
 
-template <typename CacheT, bool kF16>
-ClusterScoreKernel mma_cluster_kernel(int chunks) {
+// The tensor-core scorer for head dim 64 x chunks (1..4).
+template <typename CacheT, bool kF16, bool kCluster>
+auto mma_for_chunks(int64_t chunks) {
   switch (chunks) {
     case 1:
-      return index_score_mma_cluster_kernel<CacheT, 1, kF16>;
+      return mma_instance<CacheT, 1, kF16, kCluster>();
     case 2:
-      return index_score_mma_cluster_kernel<CacheT, 2, kF16>;
+      return mma_instance<CacheT, 2, kF16, kCluster>();
     case 3:
-      return index_score_mma_cluster_kernel<CacheT, 3, kF16>;
+      return mma_instance<CacheT, 3, kF16, kCluster>();
     default:
-      return index_score_mma_cluster_kernel<CacheT, 4, kF16>;
+      return mma_instance<CacheT, 4, kF16, kCluster>();
   }
 }
 
-// The MMA scorer of a problem's dtypes out of one set (mma_score_kernel or mma_cluster_kernel).
-// Both operands e4m3 are multiplied as f16, which converts from e4m3 in one instruction per pair.
-template <typename Kernel>
-Kernel mma_kernel_for(const IndexProblem& pb, Kernel (*bf16)(int), Kernel (*e4m3)(int),
-                      Kernel (*e4m3_f16)(int)) {
-  const int chunks = static_cast<int>(pb.head_dim() / 64);
-  if (pb.index_cache.dtype == DType::kBF16) return bf16(chunks);
-  return pb.index_q.dtype == DType::kE4M3 ? e4m3_f16(chunks) : e4m3(chunks);
+// The tensor-core scorer of a problem (head dim a multiple of 64). Both operands e4m3 are
+// multiplied as f16, which converts from e4m3 in one instruction per pair.
+template <bool kCluster>
+auto mma_kernel(const IndexProblem& pb) {
+  const int64_t chunks = pb.head_dim() / 64;
+  if (pb.index_cache.dtype == DType::kBF16) {
+    return mma_for_chunks<__nv_bfloat16, false, kCluster>(chunks);
+  }
+  return pb.index_q.dtype == DType::kE4M3 ? mma_for_chunks<uint8_t, true, kCluster>(chunks)
+                                          : mma_for_chunks<uint8_t, false, kCluster>(chunks);
 }
 
-ClusterScoreKernel cluster_score_kernel(const IndexProblem& pb) {
-  return mma_kernel_for(pb, mma_cluster_kernel<__nv_bfloat16, false>,
-                        mma_cluster_kernel<uint8_t, false>, mma_cluster_kernel<uint8_t, true>);
-}
+ClusterScoreKernel cluster_score_kernel(const IndexProblem& pb) { return mma_kernel<true>(pb); }
 
 // The score kernel of a problem: tensor cores for head dims multiple of 64, SIMT otherwise.
 ScoreKernel score_kernel(const IndexProblem& pb) {
-  if (pb.head_dim() % 64 == 0) {
-    return mma_kernel_for(pb, mma_score_kernel<__nv_bfloat16, false>,
-                          mma_score_kernel<uint8_t, false>, mma_score_kernel<uint8_t, true>);
-  }
+  if (pb.head_dim() % 64 == 0) return mma_kernel<false>(pb);
   const int upl = static_cast<int>((pb.head_dim() / 8 + 7) / 8);
   return pb.index_cache.dtype == DType::kBF16 ? simt_score_kernel<__nv_bfloat16>(upl)
                                               : simt_score_kernel<uint8_t>(upl);
