@@ -210,34 +210,52 @@ detail::IndexClusterLimits query_cluster_limits(ClusterScoreKernel kernel) {
   return limits;
 }
 
-// query_cluster_limits of the in-cluster-selecting MMA score kernel of a problem, cached per
-// device and kernel: it depends only on the kernel's resources and the device's GPCs. Only the
-// MMA scorer selects in-cluster, so head dims it does not serve get no clusters.
-detail::IndexClusterLimits cluster_limits(const IndexProblem& pb) {
-  constexpr int kDevices = 64, kVariants = 12;  // (bf16, e4m3, e4m3 x e4m3) x head dim 64..256
+// What the launch policy needs of a problem's score kernel on the current device.
+struct ScoreLaunchInfo {
+  int ctas_per_sm = 1;                  // resident_ctas_per_sm
+  detail::IndexClusterLimits clusters;  // of the cluster-selecting variant; none for SIMT
+};
+
+ScoreLaunchInfo query_launch_info(const IndexProblem& pb) {
+  ScoreLaunchInfo info;
+  info.ctas_per_sm = resident_ctas_per_sm(score_kernel(pb));
+  if (pb.head_dim() % 64 == 0) info.clusters = query_cluster_limits(cluster_score_kernel(pb));
+  return info;
+}
+
+// query_launch_info, cached per device and kernel variant: it depends only on the kernel's
+// resources and the device (its SMs and GPCs), and the queries cost host time on every call.
+ScoreLaunchInfo launch_info(const IndexProblem& pb) {
+  // MMA: (bf16, e4m3, e4m3 x e4m3 queries) x head dim 64..256; SIMT: (bf16, e4m3) x 1..4 units.
+  constexpr int kDevices = 64, kVariants = 12 + 8;
   struct Slot {
     std::atomic<bool> ready{false};
-    detail::IndexClusterLimits limits;
+    ScoreLaunchInfo info;
   };
   static Slot cache[kDevices][kVariants];
   static std::mutex mutex;
   int dev = 0;
-  if (pb.head_dim() % 64 != 0 || cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kDevices) {
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kDevices) {
     (void)cudaGetLastError();
-    return {};
+    return query_launch_info(pb);
   }
-  const int dtype = pb.index_cache.dtype == DType::kBF16 ? 0
-                    : pb.index_q.dtype == DType::kE4M3   ? 2
-                                                         : 1;
-  Slot& slot = cache[dev][dtype * 4 + static_cast<int>(pb.head_dim() / 64) - 1];
+  const bool bf16 = pb.index_cache.dtype == DType::kBF16;
+  int variant = 0;
+  if (pb.head_dim() % 64 == 0) {
+    const int dtype = bf16 ? 0 : pb.index_q.dtype == DType::kE4M3 ? 2 : 1;
+    variant = dtype * 4 + static_cast<int>(pb.head_dim() / 64) - 1;
+  } else {
+    variant = 12 + (bf16 ? 0 : 4) + static_cast<int>((pb.head_dim() / 8 + 7) / 8) - 1;
+  }
+  Slot& slot = cache[dev][variant];
   if (!slot.ready.load(std::memory_order_acquire)) {
     const std::lock_guard<std::mutex> lock(mutex);
     if (!slot.ready.load(std::memory_order_relaxed)) {
-      slot.limits = query_cluster_limits(cluster_score_kernel(pb));
+      slot.info = query_launch_info(pb);
       slot.ready.store(true, std::memory_order_release);
     }
   }
-  return slot.limits;
+  return slot.info;
 }
 
 Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
@@ -280,10 +298,10 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
   const int rpt = rows_per_tile(pb);
   const int64_t row_tiles = pb.query_len > 0 ? rows.num_requests : (T + rpt - 1) / rpt;
   const ScoreKernel kernel = score_kernel(pb);
-  const bool decode = pb.query_len > 0;
-  const detail::IndexLaunchPlan plan = detail::plan_index_launch(
-      row_tiles, pb.max_blocks(), device_sm_count(), resident_ctas_per_sm(kernel), decode,
-      decode ? cluster_limits(pb) : detail::IndexClusterLimits{});
+  const ScoreLaunchInfo info = launch_info(pb);
+  const detail::IndexLaunchPlan plan =
+      detail::plan_index_launch(row_tiles, pb.max_blocks(), device_sm_count(), info.ctas_per_sm,
+                                pb.query_len > 0, info.clusters);
   if (plan.chunks > 0) {
     if (row_tiles > 0x7FFFFFFF || plan.chunks > 65535) {
       return detail::not_supported("index_topk: batch too large for one CUDA grid (" +
