@@ -26,6 +26,10 @@ struct IndexLaunchPlan {
   // The chunks of a row tile are one thread-block cluster (cluster y = chunks) that selects its
   // rows' top-k from the block maxima in its CTAs' shared memory: no select kernel.
   bool cluster_select = false;
+  // The select kernel is a dependent launch (programmatic, sm_90) that may start once every score
+  // CTA has started (true) or once each has scored its blocks (false); either way it waits for
+  // the scores before reading them.
+  bool early_select = false;
 };
 
 // Largest cluster Hopper schedules (non-portable; 8 is portable).
@@ -53,6 +57,13 @@ constexpr int64_t kIndexClusterSelectMaxBlocks = 256;
 // 11.8 us (64 one-block CTAs and the select kernel)
 // (bench/results/2026-11-30-index-cluster-select-ab/).
 constexpr int kIndexClusterGrowBlocks = 4;
+// Longest score CTAs (blocks) for which the select kernel launches as the score CTAs start: with
+// short CTAs its launch and row setup then hide behind the whole score kernel (index call on the
+// H200: batch 1 at 8K 11.0 -> 9.4 us, batch 16 at 8K 21.2 -> 20.1 us, against launching once
+// the CTAs have scored). With 16-block CTAs that ran up to 3 us slower at some shapes (32K x 16
+// bf16 46.7 -> 49.9 us) and faster at others, so longer CTAs let it launch only once they have
+// scored (bench/results/2026-11-30-index-query-tiles-pdl-ab/).
+constexpr int kIndexEarlySelectMaxBlocks = 4;
 
 // row_tiles x max_blocks block positions, cut into CTAs of blocks_per_cta consecutive blocks.
 // blocks_per_cta is the smallest power of two (<= kIndexMaxBlocksPerCta) whose grid fits in one
@@ -83,6 +94,7 @@ inline IndexLaunchPlan plan_index_launch(int64_t row_tiles, int64_t max_blocks, 
   while (bpc < kIndexMaxBlocksPerCta && row_tiles * chunks_of(bpc) > wave) bpc *= 2;
   p.blocks_per_cta = bpc;
   p.chunks = chunks_of(bpc);
+  p.early_select = bpc <= kIndexEarlySelectMaxBlocks && row_tiles * p.chunks <= wave;
   const int max_size = std::min(clusters.max_size, kIndexMaxClusterSize);
   if (!decode || max_size < 1 || max_blocks > kIndexClusterSelectMaxBlocks) return p;
   const int grow_to = 2 * row_tiles * p.chunks >= wave ? kIndexClusterGrowBlocks : bpc;
@@ -92,6 +104,7 @@ inline IndexLaunchPlan plan_index_launch(int64_t row_tiles, int64_t max_blocks, 
       p.blocks_per_cta = cbpc;
       p.chunks = c;
       p.cluster_select = true;
+      p.early_select = false;
       return p;
     }
   }

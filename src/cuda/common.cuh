@@ -121,6 +121,40 @@ Status launch_kernel(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3
   return launch_status(name);
 }
 
+// Programmatic dependent launch (sm_90). A kernel launched with launch_kernel_dependent may start
+// once every CTA of the kernel before it in the stream has run allow_dependent_launch (or
+// exited), so its launch and its first loads overlap that kernel's tail. It must run
+// wait_for_prior_grid before it reads anything the kernel before it writes: that returns once
+// the prior grid has completed and its memory is visible. Used only between the kernels of one
+// op, where the earlier kernel itself was launched in stream order, so everything older is done.
+__device__ __forceinline__ void allow_dependent_launch() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+__device__ __forceinline__ void wait_for_prior_grid() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+template <typename... KArgs, typename... Args>
+Status launch_kernel_dependent(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+                               size_t smem, cudaStream_t stream, const Args&... args) {
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status(StatusCode::kCudaError, std::string(name) + ": " + cudaGetErrorString(e));
+  }
+  return launch_status(name);
+}
+
 // A launch configuration in thread-block clusters of `cluster` CTAs (for cudaLaunchKernelEx and
 // cudaOccupancyMaxActiveClusters); `attribute` receives the cluster dimension the configuration
 // points to, so it must outlive the configuration's use.

@@ -26,7 +26,10 @@
 //      sampled threshold (select_by_sampled_rank); the rest, and candidate sets that come out too
 //      large, find the K-th key by an 8-bit radix descent. On the H200 the rank count took the
 //      8K x 1 index call from 19.7 to 12.4 us and the sampled one 128K x 1 from 29.9 to 26.6 us
-//      (bench/results/2026-11-29-select-rank-ab/).
+//      (bench/results/2026-11-29-select-rank-ab/). It is a programmatic dependent launch: its
+//      CTAs start while the score kernel finishes (while it runs, after one-wave grids of short
+//      CTAs: plan.early_select), resolve their rows, and wait for the scores (griddepcontrol),
+//      so its launch and first loads are off the call's critical path (8K x 1: 11.5 -> 9.4 us).
 //   Decode calls with tables of at most 256 columns whose score CTAs of a request fit as one
 //   thread-block cluster, one cluster per request all resident at once (plan_index_launch;
 //   batch 4 at 8K on the H200), run index_score_mma_cluster_kernel alone instead: after a cluster
@@ -41,6 +44,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "core/backends.h"
 #include "core/index_topk_problem.h"
@@ -130,40 +134,59 @@ ScoreKernel simt_score_kernel(int upl) {
 using ClusterScoreKernel = void (*)(IndexScoreParams, IndexSelectParams);
 
 // One tensor-core scorer instance: kCluster selects the cluster-selecting decode variant.
-template <typename CacheT, int CH, bool kF16, bool kCluster>
+template <typename CacheT, int CH, bool kF16, bool kCluster, int kNTiles>
 auto mma_instance() {
   if constexpr (kCluster) {
-    return index_score_mma_cluster_kernel<CacheT, CH, kF16>;
+    return index_score_mma_cluster_kernel<CacheT, CH, kF16, kNTiles>;
   } else {
-    return index_score_mma_kernel<CacheT, CH, kF16>;
+    return index_score_mma_kernel<CacheT, CH, kF16, kNTiles>;
   }
 }
 
+// Decode calls over e4m3 keys with at most 8 query vectors per request (query_len x H_idx) use
+// the scorer instance that holds one n-tile of queries: 10% faster at 128K x 64 on the H200, 2-6%
+// at batch 1-16 (bench/results/2026-11-30-index-query-tiles-pdl-ab/). With bf16 keys that
+// instance spills at the 128-register bound and was 1.7x slower (a two-tile one: within +-2%,
+// either way), so bf16 keeps the 4-tile one, as do prefill tiles and larger decode rows (up to
+// kMaxScoreRowHeads query vectors).
+bool one_query_tile(const IndexProblem& pb) {
+  return pb.index_cache.dtype == DType::kE4M3 && pb.query_len > 0 &&
+         pb.query_len * pb.num_heads() <= 8;
+}
+
 // The tensor-core scorer for head dim 64 x chunks (1..4).
-template <typename CacheT, bool kF16, bool kCluster>
+template <typename CacheT, bool kF16, bool kCluster, int kNTiles>
 auto mma_for_chunks(int64_t chunks) {
   switch (chunks) {
     case 1:
-      return mma_instance<CacheT, 1, kF16, kCluster>();
+      return mma_instance<CacheT, 1, kF16, kCluster, kNTiles>();
     case 2:
-      return mma_instance<CacheT, 2, kF16, kCluster>();
+      return mma_instance<CacheT, 2, kF16, kCluster, kNTiles>();
     case 3:
-      return mma_instance<CacheT, 3, kF16, kCluster>();
+      return mma_instance<CacheT, 3, kF16, kCluster, kNTiles>();
     default:
-      return mma_instance<CacheT, 4, kF16, kCluster>();
+      return mma_instance<CacheT, 4, kF16, kCluster, kNTiles>();
   }
+}
+
+template <typename CacheT, bool kF16, bool kCluster>
+auto mma_for_problem(const IndexProblem& pb) {
+  const int64_t chunks = pb.head_dim() / 64;
+  if constexpr (std::is_same_v<CacheT, uint8_t>) {
+    if (one_query_tile(pb)) return mma_for_chunks<CacheT, kF16, kCluster, 1>(chunks);
+  }
+  return mma_for_chunks<CacheT, kF16, kCluster, kMaxScoreRowHeads / 8>(chunks);
 }
 
 // The tensor-core scorer of a problem (head dim a multiple of 64). Both operands e4m3 are
 // multiplied as f16, which converts from e4m3 in one instruction per pair.
 template <bool kCluster>
 auto mma_kernel(const IndexProblem& pb) {
-  const int64_t chunks = pb.head_dim() / 64;
   if (pb.index_cache.dtype == DType::kBF16) {
-    return mma_for_chunks<__nv_bfloat16, false, kCluster>(chunks);
+    return mma_for_problem<__nv_bfloat16, false, kCluster>(pb);
   }
-  return pb.index_q.dtype == DType::kE4M3 ? mma_for_chunks<uint8_t, true, kCluster>(chunks)
-                                          : mma_for_chunks<uint8_t, false, kCluster>(chunks);
+  return pb.index_q.dtype == DType::kE4M3 ? mma_for_problem<uint8_t, true, kCluster>(pb)
+                                          : mma_for_problem<uint8_t, false, kCluster>(pb);
 }
 
 ClusterScoreKernel cluster_score_kernel(const IndexProblem& pb) { return mma_kernel<true>(pb); }
@@ -226,8 +249,9 @@ ScoreLaunchInfo query_launch_info(const IndexProblem& pb) {
 // query_launch_info, cached per device and kernel variant: it depends only on the kernel's
 // resources and the device (its SMs and GPCs), and the queries cost host time on every call.
 ScoreLaunchInfo launch_info(const IndexProblem& pb) {
-  // MMA: (bf16, e4m3, e4m3 x e4m3 queries) x head dim 64..256; SIMT: (bf16, e4m3) x 1..4 units.
-  constexpr int kDevices = 64, kVariants = 12 + 8;
+  // MMA: (bf16, e4m3, e4m3 x e4m3 queries) x head dim 64..256 x (1, 4 query n-tiles; 1 is
+  // used with e4m3 keys only); SIMT: (bf16, e4m3) x 1..4 units.
+  constexpr int kDevices = 64, kVariants = 24 + 8;
   struct Slot {
     std::atomic<bool> ready{false};
     ScoreLaunchInfo info;
@@ -243,9 +267,9 @@ ScoreLaunchInfo launch_info(const IndexProblem& pb) {
   int variant = 0;
   if (pb.head_dim() % 64 == 0) {
     const int dtype = bf16 ? 0 : pb.index_q.dtype == DType::kE4M3 ? 2 : 1;
-    variant = dtype * 4 + static_cast<int>(pb.head_dim() / 64) - 1;
+    variant = (one_query_tile(pb) ? 12 : 0) + dtype * 4 + static_cast<int>(pb.head_dim() / 64) - 1;
   } else {
-    variant = 12 + (bf16 ? 0 : 4) + static_cast<int>((pb.head_dim() / 8 + 7) / 8) - 1;
+    variant = 24 + (bf16 ? 0 : 4) + static_cast<int>((pb.head_dim() / 8 + 7) / 8) - 1;
   }
   Slot& slot = cache[dev][variant];
   if (!slot.ready.load(std::memory_order_acquire)) {
@@ -328,6 +352,7 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
     prm.blocks_per_cta = plan.blocks_per_cta;
     prm.scores = scores;
     prm.error_flags = flags;
+    prm.early_select = plan.early_select;
     const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(plan.chunks));
     const char* name = pb.head_dim() % 64 == 0 ? "index_score_mma_kernel" : "index_score_kernel";
     if (plan.cluster_select) {
@@ -339,8 +364,10 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
         launch_kernel(name, kernel, grid, dim3(kScoreThreads), 0, cuda_stream, prm));
   }
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.num_heads()));
-  return launch_kernel("index_select_kernel", index_select_kernel, grid, dim3(kSelectThreads), 0,
-                       cuda_stream, sel);
+  // A dependent launch: the select CTAs start while the score kernel finishes (early_select:
+  // while it runs), resolve their rows, and wait for its scores (wait_for_prior_grid).
+  return launch_kernel_dependent("index_select_kernel", index_select_kernel, grid,
+                                 dim3(kSelectThreads), 0, cuda_stream, sel);
 }
 
 }  // namespace

@@ -49,6 +49,9 @@ struct IndexScoreParams {
   int32_t blocks_per_cta;  // <= kMaxScoreBlocks
   float* scores;           // [H, T, max_blocks] block maxima; only visible blocks are written
   int32_t* error_flags;
+  // The select kernel (a dependent launch) may start once every score CTA has started, rather
+  // than once each has scored its blocks (IndexLaunchPlan::early_select).
+  bool early_select;
 };
 
 // Total order of spec A3 as one 64-bit key: tier (init 2 > local 1 > scored 0) in bits 62-63,
@@ -153,8 +156,9 @@ __device__ void select_row_topk_by_rank(const IndexSelectParams& prm, int64_t ro
   // has no columns).
   const int tid = threadIdx.x;
   const int64_t col = min(static_cast<int64_t>(tid), max_blocks - 1);
-  const float raw = col >= 0 ? __ldcg(prm.scores + (h * T + row) * max_blocks + col) : 0.0f;
   const RowInfo info = resolve_row(prm.rows, row, nullptr);
+  wait_for_prior_grid();  // the scores come from the score kernel
+  const float raw = col >= 0 ? __ldcg(prm.scores + (h * T + row) * max_blocks + col) : 0.0f;
   write_row_topk_by_rank(prm, row, h, raw,
                          visible_blocks(info, info.pos_base + row, prm.rows.block_size), sm);
 }
@@ -241,6 +245,8 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
   const int64_t per_thread = (max_blocks + kSelectThreads - 1) / kSelectThreads;
   const int64_t begin = min(max_blocks, tid * per_thread);
   const bool cached = per_thread <= kSelectKeysPerThread;
+  const RowInfo info = resolve_row(prm.rows, row, nullptr);
+  wait_for_prior_grid();  // the scores come from the score kernel
   // Unconditional loads (index clamped into the row), used only after all are issued.
   float raw[kSelectKeysPerThread];
   if (cached && max_blocks > 0) {
@@ -250,7 +256,6 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
     }
   }
 
-  const RowInfo info = resolve_row(prm.rows, row, nullptr);
   const int64_t nvb = visible_blocks(info, info.pos_base + row, prm.rows.block_size);
   const int64_t kept = min(static_cast<int64_t>(prm.topk), nvb);
   const int64_t end = min(nvb, begin + per_thread);
@@ -398,6 +403,7 @@ struct IndexKeyLoad<uint8_t> {
 // the shared-memory integer atomicMax over ordered floats is deterministic.
 template <typename CacheT, int UPL>
 __global__ void __launch_bounds__(kScoreThreads, 2) index_score_kernel(const IndexScoreParams prm) {
+  if (prm.early_select) allow_dependent_launch();
   using Raw = typename IndexKeyLoad<CacheT>::Raw;
   constexpr int KPI = UPL <= 2 ? 4 : 2;  // keys per lane group per tile (registers: KPI*UPL*8)
   constexpr int kTileKeys = 4 * KPI;     // divides 16, hence every block size
@@ -522,6 +528,7 @@ __global__ void __launch_bounds__(kScoreThreads, 2) index_score_kernel(const Ind
       }
     }
     __syncthreads();
+    allow_dependent_launch();  // the select kernel may start (if it has not); it waits for these
     for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
       const int bl = i / nrh, rh = i - bl * nrh;
       const int64_t row = row0 + rh / H;
@@ -697,14 +704,17 @@ __device__ void cluster_select_topk(const IndexScoreParams& prm, const IndexSele
 // shared-memory atomicMax over ordered floats); a warp scores 16-key tiles with mma.sync.
 // CH = head_dim / 64. kF16: e4m3 keys and e4m3 queries, multiplied as f16 (exact like bf16).
 // kClusterSelect: selects in-cluster into *sel (cluster_select_topk) instead of writing scores.
-template <typename CacheT, int CH, bool kF16, bool kClusterSelect>
+// kNTiles: n-tiles of 8 query vectors held per segment (kMaxScoreRowHeads / 8, or 1 for the
+// launcher's decode instances, which do without the unrolled code and registers of three unused
+// accumulator tiles).
+template <typename CacheT, int CH, bool kF16, bool kClusterSelect, int kNTiles>
 __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
                                           const IndexSelectParams* sel) {
   static_assert(!kF16 || std::is_same_v<CacheT, uint8_t>, "the f16 path is for e4m3 keys");
+  static_assert(kNTiles >= 1 && kNTiles * 8 <= kMaxScoreRowHeads, "n-tiles per segment");
   using Raw = typename IndexKeyLoad<CacheT>::Raw;
   using QElem = std::conditional_t<kF16, __half, __nv_bfloat16>;
-  constexpr int kNTiles = kMaxScoreRowHeads / 8;
-  __shared__ __align__(16) QElem q_s[kMaxScoreRowHeads * kMaxIndexDim];
+  __shared__ __align__(16) QElem q_s[kNTiles * 8 * kMaxIndexDim];
   __shared__ uint32_t block_max[kMaxScoreBlocks * kMaxScoreRowHeads];
   __shared__ int32_t s_page[kMaxScoreBlocks];
 
@@ -892,6 +902,7 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
     __syncthreads();
     // In-cluster selection (decode: one segment) reads the block maxima where they are.
     if constexpr (!kClusterSelect) {
+      allow_dependent_launch();  // the select kernel may start (if it has not); it waits for these
       for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
         const int bl = i / nrh, rh = i - bl * nrh;
         const int64_t row = row0 + rh / H;
@@ -910,18 +921,19 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
   }
 }
 
-template <typename CacheT, int CH, bool kF16 = false>
+template <typename CacheT, int CH, bool kF16, int kNTiles>
 __global__ void __launch_bounds__(kScoreThreads, 2)
     index_score_mma_kernel(const IndexScoreParams prm) {
-  score_mma<CacheT, CH, kF16, false>(prm, nullptr);
+  if (prm.early_select) allow_dependent_launch();
+  score_mma<CacheT, CH, kF16, false, kNTiles>(prm, nullptr);
 }
 
 // The decode variant whose grid's chunks of a request (grid.y) are one thread-block cluster that
 // selects the request's top-k into `sel` (sel.scores unused) instead of writing prm.scores.
-template <typename CacheT, int CH, bool kF16 = false>
+template <typename CacheT, int CH, bool kF16, int kNTiles>
 __global__ void __launch_bounds__(kScoreThreads, 2)
     index_score_mma_cluster_kernel(const IndexScoreParams prm, const IndexSelectParams sel) {
-  score_mma<CacheT, CH, kF16, true>(prm, &sel);
+  score_mma<CacheT, CH, kF16, true, kNTiles>(prm, &sel);
 }
 
 }  // namespace cuda

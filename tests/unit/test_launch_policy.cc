@@ -143,6 +143,27 @@ TEST(LaunchPolicy, IndexKeepsTheSelectKernelElsewhere) {
   EXPECT_EQ(plan_decode(4, 64, IndexClusterLimits{}).blocks_per_cta, plain.blocks_per_cta);
 }
 
+TEST(LaunchPolicy, IndexLaunchesTheSelectKernelEarlyOnlyAfterShortScoreCtas) {
+  // One-wave grids of CTAs of at most 4 blocks: the select kernel may start with the score CTAs.
+  // Batch 1 at 8K (64 one-block CTAs), batch 1 at 128K and batch 16 at 8K (256 four-block CTAs).
+  EXPECT_TRUE(plan_decode(1, 64).early_select);
+  EXPECT_TRUE(plan_decode(1, 1024).early_select);
+  EXPECT_TRUE(plan_decode(16, 64).early_select);
+  // 16-block CTAs (batch 16 at 32K, batch 64 at 8K, batch 1 at 512K) and full 32-block CTAs in
+  // waves (batch 64 at 128K): only once the score CTAs have scored their blocks.
+  EXPECT_FALSE(plan_decode(16, 256).early_select);
+  EXPECT_FALSE(plan_decode(64, 64).early_select);
+  EXPECT_FALSE(plan_decode(1, 4096).early_select);
+  EXPECT_FALSE(plan_decode(64, 1024).early_select);
+  // An in-cluster selection has no select kernel (batch 4 at 8K).
+  const IndexLaunchPlan cluster = plan_decode(4, 64);
+  EXPECT_TRUE(cluster.cluster_select);
+  EXPECT_FALSE(cluster.early_select);
+  // Prefill and devices without clusters follow the same rule.
+  EXPECT_TRUE(plan_index_launch(4, 64, kH200Sms, kScoreCtas).early_select);
+  EXPECT_FALSE(plan_index_launch(4, 1024, kH200Sms, kScoreCtas).early_select);
+}
+
 TEST(LaunchPolicy, IndexCoversEveryBlockExactlyOnce) {
   const IndexClusterLimits clusters = h200_clusters();
   for (int sms : {1, 16, 132}) {
