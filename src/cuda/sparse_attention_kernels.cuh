@@ -588,7 +588,9 @@ __global__ void __launch_bounds__(kAttnThreads)
   }
 
   if (!prm.cluster) {
-    // The merge kernel combines the normalised partials and their log2-sum-exps.
+    // The merge kernel combines the normalised partials and their log2-sum-exps. It is a
+    // dependent launch that waits for them (wait_for_prior_grid), so it may start now.
+    allow_dependent_launch();
     const int64_t T = prm.rows.num_rows;
 #pragma unroll
     for (int k = 0; k < kHeadsPerThread; ++k) {
@@ -669,6 +671,7 @@ __global__ void sparse_attention_merge_kernel(const SparseAttnParams prm, int he
   const int splits = prm.splits;
   const float* po = prm.part_out + (row * hq + head) * head_dim + d;
   const int64_t split_stride = T * hq * head_dim;
+  wait_for_prior_grid();  // the partials come from the attention kernel
   float pre[kMergePrefetch];
 #pragma unroll
   for (int s = 0; s < kMergePrefetch; ++s) pre[s] = po[min(s, splits - 1) * split_stride];
