@@ -62,7 +62,10 @@ constexpr int kIndexClusterGrowBlocks = 4;
 // H200: batch 1 at 8K 11.0 -> 9.4 us, batch 16 at 8K 21.2 -> 20.1 us, against launching once
 // the CTAs have scored). With 16-block CTAs that ran up to 3 us slower at some shapes (32K x 16
 // bf16 46.7 -> 49.9 us) and faster at others, so longer CTAs let it launch only once they have
-// scored (bench/results/2026-11-30-index-query-tiles-pdl-ab/).
+// scored (bench/results/2026-11-30-index-query-tiles-pdl-ab/). Only for tables the select
+// kernel ranks in one pass (kIndexClusterSelectMaxBlocks columns): at 128K x 1 (1024 columns,
+// sampled-candidate selection) the early launch made the benchmark's whole decode step 5-7 us
+// slower with bf16 keys (2026-11-30-a5056f8-decode.md), for no gain in the index call.
 constexpr int kIndexEarlySelectMaxBlocks = 4;
 
 // row_tiles x max_blocks block positions, cut into CTAs of blocks_per_cta consecutive blocks.
@@ -94,7 +97,8 @@ inline IndexLaunchPlan plan_index_launch(int64_t row_tiles, int64_t max_blocks, 
   while (bpc < kIndexMaxBlocksPerCta && row_tiles * chunks_of(bpc) > wave) bpc *= 2;
   p.blocks_per_cta = bpc;
   p.chunks = chunks_of(bpc);
-  p.early_select = bpc <= kIndexEarlySelectMaxBlocks && row_tiles * p.chunks <= wave;
+  p.early_select = bpc <= kIndexEarlySelectMaxBlocks && row_tiles * p.chunks <= wave &&
+                   max_blocks <= kIndexClusterSelectMaxBlocks;
   const int max_size = std::min(clusters.max_size, kIndexMaxClusterSize);
   if (!decode || max_size < 1 || max_blocks > kIndexClusterSelectMaxBlocks) return p;
   const int grow_to = 2 * row_tiles * p.chunks >= wave ? kIndexClusterGrowBlocks : bpc;

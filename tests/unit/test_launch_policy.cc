@@ -144,11 +144,14 @@ TEST(LaunchPolicy, IndexKeepsTheSelectKernelElsewhere) {
 }
 
 TEST(LaunchPolicy, IndexLaunchesTheSelectKernelEarlyOnlyAfterShortScoreCtas) {
-  // One-wave grids of CTAs of at most 4 blocks: the select kernel may start with the score CTAs.
-  // Batch 1 at 8K (64 one-block CTAs), batch 1 at 128K and batch 16 at 8K (256 four-block CTAs).
+  // One-wave grids of CTAs of at most 4 blocks over tables of at most 256 columns: the select
+  // kernel may start with the score CTAs. Batch 1 at 8K (64 one-block CTAs), batch 16 at 8K and
+  // batch 4 at 32K (256 four-block CTAs).
   EXPECT_TRUE(plan_decode(1, 64).early_select);
-  EXPECT_TRUE(plan_decode(1, 1024).early_select);
   EXPECT_TRUE(plan_decode(16, 64).early_select);
+  EXPECT_TRUE(plan_decode(4, 256).early_select);
+  // Batch 1 at 128K: 256 four-block CTAs, but 1024 columns (sampled-candidate selection).
+  EXPECT_FALSE(plan_decode(1, 1024).early_select);
   // 16-block CTAs (batch 16 at 32K, batch 64 at 8K, batch 1 at 512K) and full 32-block CTAs in
   // waves (batch 64 at 128K): only once the score CTAs have scored their blocks.
   EXPECT_FALSE(plan_decode(16, 256).early_select);
