@@ -162,6 +162,10 @@ def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
 
 
 def git_commit() -> Optional[str]:
+    # An explicit MSA_GIT_COMMIT names the measured tree: a copy of a working tree (as on a remote
+    # GPU machine) may carry git metadata older than its files.
+    if os.environ.get("MSA_GIT_COMMIT"):
+        return os.environ["MSA_GIT_COMMIT"]
     try:
         r = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True,
                            text=True, timeout=10)
