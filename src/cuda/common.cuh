@@ -7,6 +7,8 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <mutex>
 #include <string>
 
 #include "msa/types.h"
@@ -203,6 +205,64 @@ Status launch_kernel_clustered(const char* name, void (*kernel)(KArgs...), dim3 
   }
   return launch_status(name);
 }
+
+// Clusters of `cluster` CTAs of `kernel` (blocks of `block` threads, static shared memory only)
+// that the current device can keep resident at once (cudaOccupancyMaxActiveClusters; a cluster
+// stays within one GPC), or 0 when it cannot run such clusters at all. Sizes above the portable
+// 8 CTAs set the kernel's non-portable attribute first.
+template <typename... KArgs>
+int resident_clusters(void (*kernel)(KArgs...), dim3 block, dim3 cluster) {
+  if (cluster.x * cluster.y * cluster.z > 8 &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+          cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config =
+      cluster_launch_config(cluster, block, 0, nullptr, cluster, &attribute);
+  int resident = 0;
+  if (cudaOccupancyMaxActiveClusters(&resident, kernel, &config) != cudaSuccess || resident < 0) {
+    (void)cudaGetLastError();  // a device without clusters answers with an error
+    return 0;
+  }
+  return resident;
+}
+
+// Launch information of kVariants kernel variants per device (occupancy, resident clusters),
+// which depends only on a kernel's resources and the device: queried once by the caller's
+// `query` and then read without a lock or a runtime call. Meant as a function-local static.
+template <typename T, int kVariants>
+class PerDeviceCache {
+ public:
+  template <typename Query>
+  T get(int variant, Query&& query) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kDevices || variant < 0 ||
+        variant >= kVariants) {
+      (void)cudaGetLastError();
+      return query();
+    }
+    Slot& slot = slots_[dev][variant];
+    if (!slot.ready.load(std::memory_order_acquire)) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (!slot.ready.load(std::memory_order_relaxed)) {
+        slot.value = query();
+        slot.ready.store(true, std::memory_order_release);
+      }
+    }
+    return slot.value;
+  }
+
+ private:
+  static constexpr int kDevices = 64;
+  struct Slot {
+    std::atomic<bool> ready{false};
+    T value{};
+  };
+  Slot slots_[kDevices][kVariants];
+  std::mutex mutex_;
+};
 
 // Multiprocessors of the current device (the launch policy's unit of parallelism).
 inline int device_sm_count() {

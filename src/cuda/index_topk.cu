@@ -40,9 +40,7 @@
 // bad metadata are -1 everywhere. The scorers accumulate in fp32 in a fixed order (SIMT: per
 // lane in dimension order, then a fixed xor butterfly over 8 lanes; MMA: fixed k-step order);
 // results are bitwise repeatable.
-#include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <type_traits>
 
@@ -211,25 +209,17 @@ int resident_ctas_per_sm(ScoreKernel kernel) {
 }
 
 // How many clusters of `kernel` of each size up to kIndexMaxClusterSize can be resident at once
-// (all sizes: a call's cluster size is its chunk count). Clusters above the portable 8 CTAs are
-// asked for only when the kernel accepts the non-portable attribute.
+// (all sizes: a call's cluster size is its chunk count), up to the first size the device cannot
+// run (above the portable 8 only where the kernel accepts the non-portable attribute).
 detail::IndexClusterLimits query_cluster_limits(ClusterScoreKernel kernel) {
   detail::IndexClusterLimits limits;
-  const bool large = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
-                                          1) == cudaSuccess;
-  for (int size = 1; size <= (large ? detail::kIndexMaxClusterSize : 8); ++size) {
-    const dim3 cluster(1, static_cast<unsigned>(size), 1);
-    cudaLaunchAttribute attribute;
-    const cudaLaunchConfig_t config =
-        cluster_launch_config(cluster, dim3(kScoreThreads), 0, nullptr, cluster, &attribute);
-    int resident = 0;
-    if (cudaOccupancyMaxActiveClusters(&resident, kernel, &config) != cudaSuccess || resident < 1) {
-      break;
-    }
+  for (int size = 1; size <= detail::kIndexMaxClusterSize; ++size) {
+    const int resident =
+        resident_clusters(kernel, dim3(kScoreThreads), dim3(1, static_cast<unsigned>(size), 1));
+    if (resident < 1) break;
     limits.max_size = size;
     limits.resident[size] = resident;
   }
-  (void)cudaGetLastError();  // a device without clusters answers with an error: no clusters
   return limits;
 }
 
@@ -251,18 +241,7 @@ ScoreLaunchInfo query_launch_info(const IndexProblem& pb) {
 ScoreLaunchInfo launch_info(const IndexProblem& pb) {
   // MMA: (bf16, e4m3, e4m3 x e4m3 queries) x head dim 64..256 x (1, 4 query n-tiles; 1 is
   // used with e4m3 keys only); SIMT: (bf16, e4m3) x 1..4 units.
-  constexpr int kDevices = 64, kVariants = 24 + 8;
-  struct Slot {
-    std::atomic<bool> ready{false};
-    ScoreLaunchInfo info;
-  };
-  static Slot cache[kDevices][kVariants];
-  static std::mutex mutex;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kDevices) {
-    (void)cudaGetLastError();
-    return query_launch_info(pb);
-  }
+  static PerDeviceCache<ScoreLaunchInfo, 24 + 8> cache;
   const bool bf16 = pb.index_cache.dtype == DType::kBF16;
   int variant = 0;
   if (pb.head_dim() % 64 == 0) {
@@ -271,15 +250,7 @@ ScoreLaunchInfo launch_info(const IndexProblem& pb) {
   } else {
     variant = 24 + (bf16 ? 0 : 4) + static_cast<int>((pb.head_dim() / 8 + 7) / 8) - 1;
   }
-  Slot& slot = cache[dev][variant];
-  if (!slot.ready.load(std::memory_order_acquire)) {
-    const std::lock_guard<std::mutex> lock(mutex);
-    if (!slot.ready.load(std::memory_order_relaxed)) {
-      slot.info = query_launch_info(pb);
-      slot.ready.store(true, std::memory_order_release);
-    }
-  }
-  return slot.info;
+  return cache.get(variant, [&] { return query_launch_info(pb); });
 }
 
 Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {

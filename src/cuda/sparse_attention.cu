@@ -39,7 +39,6 @@
 // and the probabilities P are rounded to the MMA type before P.V; logits, the online softmax,
 // the accumulators and the merges are fp32.
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -86,62 +85,31 @@ auto kernel_for(int64_t head_dim) {
 
 // The clusters of `kernel` the current device can run (detail::AttnClusterLimits): 16 CTAs where
 // a 16-CTA cluster can be resident (Hopper's non-portable maximum), else the portable 8.
-// Cached per device and kernel variant: it depends only on the kernel's resources and the
-// device's GPCs.
 template <typename Kernel>
 detail::AttnClusterLimits query_cluster_limits(Kernel kernel) {
-  detail::AttnClusterLimits limits;
   for (int size : {16, 8}) {
-    if (size > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
-                                         1) != cudaSuccess) {
-      continue;
-    }
-    const dim3 cluster(1, 1, static_cast<unsigned>(size));
-    cudaLaunchAttribute attribute;
-    const cudaLaunchConfig_t config =
-        cluster_launch_config(cluster, dim3(kAttnThreads), 0, nullptr, cluster, &attribute);
-    int resident = 0;
-    if (cudaOccupancyMaxActiveClusters(&resident, kernel, &config) == cudaSuccess && resident > 0) {
-      limits.max_splits = size;
-      limits.resident = resident;
-      break;
-    }
+    const int resident =
+        resident_clusters(kernel, dim3(kAttnThreads), dim3(1, 1, static_cast<unsigned>(size)));
+    if (resident > 0) return detail::AttnClusterLimits{size, resident};
   }
-  (void)cudaGetLastError();  // a device without clusters answers with an error: no clusters
-  return limits;
+  return {};
 }
 
+// query_cluster_limits of a call's kernel, cached per device and kernel variant (cache dtype
+// bf16 / f16 / e4m3 x head dim 64 / 128).
 detail::AttnClusterLimits cluster_limits(const AttnProblem& pb) {
-  constexpr int kDevices = 64;
-  // Per device and kernel variant (cache dtype bf16 / f16 / e4m3 x head dim 64 / 128):
-  // max_splits | resident << 8; 0 = not queried yet, -1 = no clusters.
-  static std::atomic<int32_t> cache[kDevices][6] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kDevices) {
-    (void)cudaGetLastError();
-    return {};
-  }
+  static PerDeviceCache<detail::AttnClusterLimits, 6> cache;
   const int dtype = pb.kv.k.dtype == DType::kBF16 ? 0 : pb.kv.k.dtype == DType::kF16 ? 1 : 2;
-  std::atomic<int32_t>& slot = cache[dev][2 * dtype + (pb.head_dim() == 64 ? 0 : 1)];
-  int32_t packed = slot.load(std::memory_order_relaxed);
-  if (packed == 0) {
-    detail::AttnClusterLimits q;
+  return cache.get(2 * dtype + (pb.head_dim() == 64 ? 0 : 1), [&] {
     switch (pb.kv.k.dtype) {
       case DType::kBF16:
-        q = query_cluster_limits(kernel_for<__nv_bfloat16>(pb.head_dim()));
-        break;
+        return query_cluster_limits(kernel_for<__nv_bfloat16>(pb.head_dim()));
       case DType::kF16:
-        q = query_cluster_limits(kernel_for<__half>(pb.head_dim()));
-        break;
+        return query_cluster_limits(kernel_for<__half>(pb.head_dim()));
       default:
-        q = query_cluster_limits(kernel_for<uint8_t>(pb.head_dim()));
-        break;
+        return query_cluster_limits(kernel_for<uint8_t>(pb.head_dim()));
     }
-    packed = static_cast<int32_t>(q.max_splits | (std::min<int64_t>(q.resident, 0x7FFFFF) << 8));
-    slot.store(packed == 0 ? -1 : packed, std::memory_order_relaxed);
-  }
-  if (packed == -1) return {};
-  return detail::AttnClusterLimits{packed & 0xFF, packed >> 8};
+  });
 }
 
 // What the launch policy needs of the device, queried once per op call.

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Same-call A/B timing of library builds (bench/ab/README.md).
+#
+#   bench/ab/ab.sh snapshot DIR REV FILE...   copy FILE... as of git revision REV into DIR (kept
+#                                             at their repository paths): a variant folder
+#   bench/ab/ab.sh run OPS VARIANT...         OPS: index, attention or all. Each VARIANT is a
+#                                             folder of files overlaid on a copy of this tree,
+#                                             or "tree" for the tree as it is. Builds libmsa and
+#                                             op_ab for every variant in parallel, then runs the
+#                                             binaries in alternation (ROUNDS, default 2) and
+#                                             prints the table of bench/ab/abtab.py last.
+#
+# Run it from the repository root on the GPU machine; the variant folders travel with the tree
+# (put them under an ignored folder and carry it). WORK (default /tmp/msa_ab) holds the copies,
+# builds and logs; JOBS (default 16) is split between the parallel builds.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+cmd=${1:-}
+shift || true
+
+case "$cmd" in
+  snapshot)
+    dir=$1 rev=$2
+    shift 2
+    for f in "$@"; do
+      mkdir -p "$dir/$(dirname "$f")"
+      git show "$rev:$f" >"$dir/$f"
+    done
+    ;;
+  run)
+    ops=$1
+    shift
+    [ $# -ge 1 ] || { echo "ab.sh run: no variants" >&2; exit 2; }
+    work=${WORK:-/tmp/msa_ab}
+    jobs=${JOBS:-16}
+    per=$(( jobs / $# > 0 ? jobs / $# : 1 ))
+    mkdir -p "$work"
+    names=()
+    for v in "$@"; do
+      name=$(basename "$v")
+      names+=("$name")
+      (
+        src="$work/src_$name"
+        rm -rf "$src" && mkdir -p "$src"
+        cp -r CMakeLists.txt cmake include src bench "$src/"
+        if [ "$v" != tree ]; then cp -r "$v"/. "$src/"; fi
+        cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMSA_WITH_CUDA=ON \
+          -DMSA_BUILD_TESTS=OFF -DMSA_BUILD_TOOLS=OFF >"$work/build_$name.log" 2>&1
+        cmake --build "$src/build" -j "$per" --target msa >>"$work/build_$name.log" 2>&1
+        nvcc -std=c++17 -arch=sm_90a -O3 -I"$src/include" "$src/bench/ab/op_ab.cu" \
+          "$src/build/libmsa.a" -lpthread -o "$work/op_ab_$name" >>"$work/build_$name.log" 2>&1
+      ) || { echo "build of $v failed:" >&2; tail -30 "$work/build_$name.log" >&2; exit 1; } &
+    done
+    wait
+    for name in "${names[@]}"; do
+      [ -x "$work/op_ab_$name" ] || { echo "no binary for $name" >&2; exit 1; }
+    done
+    log="$work/ab.log"
+    : >"$log"
+    for r in $(seq "${ROUNDS:-2}"); do
+      for name in "${names[@]}"; do
+        echo "== $name" | tee -a "$log"
+        "$work/op_ab_$name" "$ops" | tee -a "$log"
+      done
+    done
+    python3 bench/ab/abtab.py "$log"
+    ;;
+  *)
+    sed -n '2,16p' "$0"
+    exit 2
+    ;;
+esac

@@ -1,0 +1,377 @@
+// Same-call timing driver for A/B comparisons of library builds (bench/ab/README.md): times
+// msa::run of the decode index top-k op and of the sparse attention decode op at M3 TP4-rank
+// shapes (H_idx 1, Hq 16 on Hkv 1, head dims 128, block 128, top-16) by CUDA-graph replay, with
+// L2 flushed by a 256 MiB read before each replay, and prints one line per case: the median and
+// minimum over 40 replays and a hash of the op's output, so builds that should give the same
+// bits can be checked to. Inputs are deterministic (hash-filled caches, seeded page permutation,
+// seeded ragged lengths and top-k ids), so every build sees the same data.
+//
+//   op_ab [index|attention|all]      (default all)
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "msa/attention.h"
+#include "msa/indexer.h"
+
+namespace {
+
+#define AB_CHECK(x)                                                          \
+  do {                                                                       \
+    const cudaError_t e_ = (x);                                              \
+    if (e_ != cudaSuccess) {                                                 \
+      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      return false;                                                          \
+    }                                                                        \
+  } while (0)
+
+constexpr int kBlock = 128, kDim = 128, kTopk = 16, kQHeads = 16;
+constexpr int kReplays = 45, kWarmup = 5;
+
+__global__ void flush_read(const uint4* p, size_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    acc ^= p[i].x;
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+__device__ unsigned mix(size_t i, unsigned seed) {
+  unsigned h = static_cast<unsigned>(i) * 2654435761u ^ seed;
+  h ^= h >> 13;
+  h *= 0x5bd1e995u;
+  h ^= h >> 15;
+  return h;
+}
+
+// n elements: bf16 in [-0.5, 0.5), or finite e4m3 bytes (never 0x7f / 0xff).
+__global__ void fill(void* p, size_t n, unsigned seed, bool e4m3) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const unsigned h = mix(i, seed);
+    if (e4m3) {
+      static_cast<unsigned char*>(p)[i] =
+          static_cast<unsigned char>((h & 0x77) | ((h >> 8) & 0x80));
+    } else {
+      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16((h & 0xFFFF) / 65536.0f - 0.5f);
+    }
+  }
+}
+
+__global__ void fill_f32(float* p, size_t n, float v) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    p[i] = v;
+  }
+}
+
+struct Case {
+  int ctx, batch, qlen;
+  bool fp8, ragged;
+};
+
+// Device buffers of one case, freed on scope exit.
+struct Buffers {
+  std::vector<void*> ptrs;
+  ~Buffers() {
+    for (void* p : ptrs) cudaFree(p);
+  }
+  template <typename T>
+  bool alloc(T** p, size_t bytes) {
+    if (cudaMalloc(reinterpret_cast<void**>(p), bytes) != cudaSuccess) return false;
+    ptrs.push_back(*p);
+    return true;
+  }
+};
+
+struct Flush {
+  uint4* buf = nullptr;
+  size_t n = 0;
+  unsigned* sink = nullptr;
+};
+
+uint64_t fnv(const void* data, size_t bytes) {
+  const unsigned char* b = static_cast<const unsigned char*>(data);
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+// Runs `op` once (its output hashed by `hash`), then captures it in a graph and times kReplays
+// replays after a flush each; prints the line.
+bool time_op(const char* name, const Case& c, cudaStream_t s, const Flush& fl,
+             const std::function<bool()>& op, const std::function<bool(uint64_t*)>& hash) {
+  if (!op()) return false;
+  AB_CHECK(cudaStreamSynchronize(s));
+  uint64_t h = 0;
+  if (!hash(&h)) return false;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  AB_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  const bool captured = op();
+  AB_CHECK(cudaStreamEndCapture(s, &graph));
+  if (!captured) return false;
+  AB_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t e0, e1;
+  AB_CHECK(cudaEventCreate(&e0));
+  AB_CHECK(cudaEventCreate(&e1));
+  std::vector<float> us;
+  for (int it = 0; it < kReplays; ++it) {
+    flush_read<<<1056, 256, 0, s>>>(fl.buf, fl.n, fl.sink);
+    AB_CHECK(cudaEventRecord(e0, s));
+    AB_CHECK(cudaGraphLaunch(exec, s));
+    AB_CHECK(cudaEventRecord(e1, s));
+    AB_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    AB_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (it >= kWarmup) us.push_back(ms * 1000.0f);
+  }
+  std::sort(us.begin(), us.end());
+  std::printf("%s ctx %6d B %2d q%d %s %s: median %7.1f us (min %7.1f) hash %016llx\n", name, c.ctx,
+              c.batch, c.qlen, c.fp8 ? "fp8 " : "bf16", c.ragged ? "ragged" : "uniform",
+              us[us.size() / 2], us[0], static_cast<unsigned long long>(h));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return true;
+}
+
+// Page table (a seeded permutation of the pool) and sequence lengths (the context, or seeded
+// draws in [1K, context]) of a case.
+void batch_metadata(const Case& c, int pool, std::vector<int32_t>* table,
+                    std::vector<int32_t>* lens) {
+  const int nb = c.ctx / kBlock;
+  std::vector<int32_t> pages(pool);
+  std::iota(pages.begin(), pages.end(), 0);
+  std::mt19937 rng(7);
+  std::shuffle(pages.begin(), pages.end(), rng);
+  table->assign(pages.begin(), pages.begin() + static_cast<size_t>(c.batch) * nb);
+  lens->assign(c.batch, c.ctx);
+  if (c.ragged) {
+    std::mt19937 lr(11);
+    std::uniform_int_distribution<int> draw(1024, c.ctx);
+    for (int32_t& l : *lens) l = draw(lr);
+  }
+}
+
+bool run_index(const Case& c, cudaStream_t s, const Flush& fl) {
+  const int nb = c.ctx / kBlock, T = c.batch * c.qlen, pool = c.batch * nb + 8;
+  const size_t es = c.fp8 ? 1 : 2;
+  const msa::DType dt = c.fp8 ? msa::DType::kE4M3 : msa::DType::kBF16;
+  Buffers b;
+  void *cache, *q;
+  int32_t *bt, *sl, *tk;
+  if (!b.alloc(&cache, static_cast<size_t>(pool) * kBlock * kDim * es) ||
+      !b.alloc(&q, static_cast<size_t>(T) * kDim * es) ||
+      !b.alloc(&bt, static_cast<size_t>(c.batch) * nb * 4) || !b.alloc(&sl, c.batch * 4u) ||
+      !b.alloc(&tk, static_cast<size_t>(T) * kTopk * 4)) {
+    std::printf("index: allocation failed\n");
+    return false;
+  }
+  fill<<<1024, 256>>>(cache, static_cast<size_t>(pool) * kBlock * kDim, 1, c.fp8);
+  fill<<<64, 256>>>(q, static_cast<size_t>(T) * kDim, 2, c.fp8);
+  std::vector<int32_t> table, lens;
+  batch_metadata(c, pool, &table, &lens);
+  AB_CHECK(cudaMemcpy(bt, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  AB_CHECK(cudaMemcpy(sl, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+  const msa::Device dev = msa::Device::cuda(0);
+  msa::IndexTopkDecodeArgs a;
+  a.query_len = c.qlen;
+  a.index_q = msa::make_tensor(q, dt, {T, 1, kDim}, dev);
+  a.index_cache = msa::make_tensor(cache, dt, {pool, kBlock, kDim}, dev);
+  a.block_table = msa::make_tensor(bt, msa::DType::kI32, {c.batch, nb}, dev);
+  a.seq_lens = msa::make_tensor(sl, msa::DType::kI32, {c.batch}, dev);
+  a.topk_out = msa::make_tensor(tk, msa::DType::kI32, {1, T, kTopk}, dev);
+  size_t ws_bytes = 0;
+  const msa::Status ws_status = msa::workspace_size(a, &ws_bytes);
+  void* ws;
+  if (!ws_status.ok() || !b.alloc(&ws, ws_bytes + 256)) {
+    std::printf("index: workspace: %s\n", ws_status.message().c_str());
+    return false;
+  }
+  const msa::Stream stream{s, 0};
+  auto op = [&] {
+    const msa::Status st = msa::run(a, msa::Workspace{ws, ws_bytes}, stream);
+    if (!st.ok()) std::printf("index: %s\n", st.message().c_str());
+    return st.ok();
+  };
+  auto hash = [&](uint64_t* h) {
+    std::vector<int32_t> out(static_cast<size_t>(T) * kTopk);
+    AB_CHECK(cudaMemcpy(out.data(), tk, out.size() * 4, cudaMemcpyDeviceToHost));
+    *h = fnv(out.data(), out.size() * 4);
+    return true;
+  };
+  return time_op("index", c, s, fl, op, hash);
+}
+
+bool run_attention(const Case& c, cudaStream_t s, const Flush& fl) {
+  const int nb = c.ctx / kBlock, T = c.batch * c.qlen, pool = c.batch * nb + 8;
+  const size_t es = c.fp8 ? 1 : 2;
+  const size_t cache_elems = static_cast<size_t>(pool) * kBlock * kDim;
+  const msa::DType kd = c.fp8 ? msa::DType::kE4M3 : msa::DType::kBF16;
+  Buffers b;
+  void *k, *v, *q, *out;
+  float *ks = nullptr, *vs = nullptr;
+  int32_t *bt, *sl, *tk;
+  const size_t rows_bytes = static_cast<size_t>(T) * kQHeads * kDim * 2;
+  if (!b.alloc(&k, cache_elems * es) || !b.alloc(&v, cache_elems * es) ||
+      !b.alloc(&q, rows_bytes) || !b.alloc(&out, rows_bytes) ||
+      !b.alloc(&bt, static_cast<size_t>(c.batch) * nb * 4) || !b.alloc(&sl, c.batch * 4u) ||
+      !b.alloc(&tk, static_cast<size_t>(T) * kTopk * 4) ||
+      (c.fp8 && (!b.alloc(&ks, static_cast<size_t>(pool) * kBlock * 4) ||
+                 !b.alloc(&vs, static_cast<size_t>(pool) * kBlock * 4)))) {
+    std::printf("attention: allocation failed\n");
+    return false;
+  }
+  fill<<<1024, 256>>>(k, cache_elems, 1, c.fp8);
+  fill<<<1024, 256>>>(v, cache_elems, 2, c.fp8);
+  fill<<<64, 256>>>(q, static_cast<size_t>(T) * kQHeads * kDim, 3, false);
+  if (c.fp8) {
+    fill_f32<<<256, 256>>>(ks, static_cast<size_t>(pool) * kBlock, 0.05f);
+    fill_f32<<<256, 256>>>(vs, static_cast<size_t>(pool) * kBlock, 0.02f);
+  }
+  std::vector<int32_t> table, lens;
+  batch_metadata(c, pool, &table, &lens);
+  // Top-k rows: the own block and up to 15 other visible blocks drawn at random, ascending.
+  std::vector<int32_t> ids_all(static_cast<size_t>(T) * kTopk);
+  std::mt19937 rng(13);
+  for (int t = 0; t < T; ++t) {
+    const int pos = lens[t / c.qlen] - c.qlen + t % c.qlen, own = pos / kBlock;
+    std::vector<int32_t> ids(own);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    ids.resize(std::min(kTopk - 1, own));
+    ids.push_back(own);
+    std::sort(ids.begin(), ids.end());
+    ids.resize(kTopk, -1);
+    std::copy(ids.begin(), ids.end(), ids_all.begin() + static_cast<size_t>(t) * kTopk);
+  }
+  AB_CHECK(cudaMemcpy(bt, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  AB_CHECK(cudaMemcpy(sl, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+  AB_CHECK(cudaMemcpy(tk, ids_all.data(), ids_all.size() * 4, cudaMemcpyHostToDevice));
+  const msa::Device dev = msa::Device::cuda(0);
+  msa::SparseAttentionDecodeArgs a;
+  a.query_len = c.qlen;
+  a.q = msa::make_tensor(q, msa::DType::kBF16, {T, kQHeads, kDim}, dev);
+  a.kv_cache.k = msa::make_tensor(k, kd, {pool, 1, kBlock, kDim}, dev);
+  a.kv_cache.v = msa::make_tensor(v, kd, {pool, 1, kBlock, kDim}, dev);
+  if (c.fp8) {
+    const msa::Status st =
+        msa::set_kv_scales(&a.kv_cache, msa::KvScaleMode::kPerTokenHead,
+                           msa::make_tensor(ks, msa::DType::kF32, {1, pool * kBlock}, dev),
+                           msa::make_tensor(vs, msa::DType::kF32, {1, pool * kBlock}, dev));
+    if (!st.ok()) {
+      std::printf("attention: scales: %s\n", st.message().c_str());
+      return false;
+    }
+  }
+  a.block_table = msa::make_tensor(bt, msa::DType::kI32, {c.batch, nb}, dev);
+  a.seq_lens = msa::make_tensor(sl, msa::DType::kI32, {c.batch}, dev);
+  a.topk = msa::make_tensor(tk, msa::DType::kI32, {1, T, kTopk}, dev);
+  a.out = msa::make_tensor(out, msa::DType::kBF16, {T, kQHeads, kDim}, dev);
+  size_t ws_bytes = 0;
+  const msa::Status ws_status = msa::workspace_size(a, &ws_bytes);
+  void* ws;
+  if (!ws_status.ok() || !b.alloc(&ws, ws_bytes + 256)) {
+    std::printf("attention: workspace: %s\n", ws_status.message().c_str());
+    return false;
+  }
+  const msa::Stream stream{s, 0};
+  auto op = [&] {
+    const msa::Status st = msa::run(a, msa::Workspace{ws, ws_bytes}, stream);
+    if (!st.ok()) std::printf("attention: %s\n", st.message().c_str());
+    return st.ok();
+  };
+  auto hash = [&](uint64_t* h) {
+    std::vector<unsigned char> host(rows_bytes);
+    AB_CHECK(cudaMemcpy(host.data(), out, rows_bytes, cudaMemcpyDeviceToHost));
+    *h = fnv(host.data(), host.size());
+    return true;
+  };
+  return time_op("attention", c, s, fl, op, hash);
+}
+
+// Index cases: batch 1-64 over 8K-512K, uniform and (where lengths can differ) ragged, both
+// dtypes. Attention cases: its work does not grow with the context, so 8K and 128K, with 1 and
+// 4 rows per request.
+std::vector<Case> index_cases() {
+  std::vector<Case> cases;
+  for (bool fp8 : {false, true}) {
+    for (const auto& [ctx, batch] : std::vector<std::pair<int, int>>{{8192, 1},
+                                                                     {8192, 4},
+                                                                     {8192, 16},
+                                                                     {8192, 64},
+                                                                     {32768, 1},
+                                                                     {32768, 4},
+                                                                     {32768, 16},
+                                                                     {32768, 64},
+                                                                     {131072, 1},
+                                                                     {131072, 4},
+                                                                     {131072, 16},
+                                                                     {131072, 64},
+                                                                     {524288, 1}}) {
+      cases.push_back({ctx, batch, 1, fp8, false});
+    }
+    for (const auto& [ctx, batch] :
+         std::vector<std::pair<int, int>>{{32768, 64}, {131072, 16}, {131072, 64}}) {
+      cases.push_back({ctx, batch, 1, fp8, true});
+    }
+  }
+  return cases;
+}
+
+std::vector<Case> attention_cases() {
+  std::vector<Case> cases;
+  for (bool fp8 : {false, true}) {
+    for (int ctx : {8192, 131072}) {
+      for (int batch : {1, 4, 16, 64}) {
+        for (int qlen : {1, 4}) cases.push_back({ctx, batch, qlen, fp8, false});
+      }
+    }
+  }
+  cases.push_back({131072, 64, 1, false, true});
+  return cases;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* which = argc > 1 ? argv[1] : "all";
+  const bool index = std::strcmp(which, "index") == 0 || std::strcmp(which, "all") == 0;
+  const bool attention = std::strcmp(which, "attention") == 0 || std::strcmp(which, "all") == 0;
+  if (!index && !attention) {
+    std::printf("usage: op_ab [index|attention|all]\n");
+    return 2;
+  }
+  Flush fl;
+  fl.n = (size_t{256} << 20) / sizeof(uint4);
+  cudaStream_t s;
+  if (cudaMalloc(&fl.buf, fl.n * sizeof(uint4)) != cudaSuccess ||
+      cudaMalloc(&fl.sink, sizeof(unsigned)) != cudaSuccess ||
+      cudaMemset(fl.buf, 1, fl.n * sizeof(uint4)) != cudaSuccess ||
+      cudaStreamCreate(&s) != cudaSuccess) {
+    std::printf("setup failed: %s\n", cudaGetErrorString(cudaGetLastError()));
+    return 1;
+  }
+  if (index) {
+    for (const Case& c : index_cases()) {
+      if (!run_index(c, s, fl)) return 1;
+    }
+  }
+  if (attention) {
+    for (const Case& c : attention_cases()) {
+      if (!run_attention(c, s, fl)) return 1;
+    }
+  }
+  return 0;
+}
