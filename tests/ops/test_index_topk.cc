@@ -877,9 +877,16 @@ void expect_bad_value(Batch& b, const Args& args, int32_t bit, const char* what)
   EXPECT_EQ(static_cast<int32_t>(b.flags.get_flat(0)) & bit, bit);
 }
 
-TEST(IndexTopkBadInput, ValuesDecode) {
+// bf16 keys, and e4m3 keys and queries (on CUDA the one-query-tile scorer instance: 2 rows x 2
+// heads per request).
+class IndexTopkBadDecodeValues : public ::testing::TestWithParam<DType> {};
+
+TEST_P(IndexTopkBadDecodeValues, AreReportedAndSkipped) {
   MSA_REQUIRE_TEST_DEVICE();
-  Batch b = make_batch(small_spec(2), test_device());
+  BatchSpec spec = small_spec(2);
+  spec.q_dtype = GetParam();
+  spec.k_dtype = GetParam();
+  Batch b = make_batch(spec, test_device());
   const IndexTopkDecodeArgs a = decode_args(b);
   const std::vector<int32_t> table = b.oracle_in.block_table;
   const int64_t mb = b.oracle_in.max_blocks;
@@ -905,6 +912,12 @@ TEST(IndexTopkBadInput, ValuesDecode) {
   b.flags.download();
   EXPECT_EQ(b.flags.get_flat(0), 0.0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, IndexTopkBadDecodeValues,
+                         ::testing::Values(DType::kBF16, DType::kE4M3),
+                         [](const ::testing::TestParamInfo<DType>& p) {
+                           return std::string(dtype_name(p.param));
+                         });
 
 TEST(IndexTopkBadInput, ValuesPrefill) {
   MSA_REQUIRE_TEST_DEVICE();
