@@ -231,7 +231,8 @@ int resident_clusters(void (*kernel)(KArgs...), dim3 block, dim3 cluster) {
 
 // Launch information of kVariants kernel variants per device (occupancy, resident clusters),
 // which depends only on a kernel's resources and the device: queried once by the caller's
-// `query` and then read without a lock or a runtime call. Meant as a function-local static.
+// `query`, then read without a lock (a call costs one cudaGetDevice). Meant as a function-local
+// static.
 template <typename T, int kVariants>
 class PerDeviceCache {
  public:

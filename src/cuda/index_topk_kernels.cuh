@@ -528,7 +528,7 @@ __global__ void __launch_bounds__(kScoreThreads, 2) index_score_kernel(const Ind
       }
     }
     __syncthreads();
-    allow_dependent_launch();  // the select kernel may start (if it has not); it waits for these
+    allow_dependent_launch();  // the select kernel may start; it waits for the writes below
     for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
       const int bl = i / nrh, rh = i - bl * nrh;
       const int64_t row = row0 + rh / H;
@@ -902,7 +902,7 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
     __syncthreads();
     // In-cluster selection (decode: one segment) reads the block maxima where they are.
     if constexpr (!kClusterSelect) {
-      allow_dependent_launch();  // the select kernel may start (if it has not); it waits for these
+      allow_dependent_launch();  // the select kernel may start; it waits for the writes below
       for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
         const int bl = i / nrh, rh = i - bl * nrh;
         const int64_t row = row0 + rh / H;
