@@ -1,25 +1,32 @@
 // Same-call timing driver for A/B comparisons of library builds (bench/ab/README.md): times
-// msa::run of the decode index top-k op and of the sparse attention decode op at M3 TP4-rank
-// shapes (H_idx 1, Hq 16 on Hkv 1, head dims 128, block 128, top-16) by CUDA-graph replay, with
-// L2 flushed by a 256 MiB read before each replay, and prints one line per case: the median and
-// minimum over 40 replays and a hash of the op's output, so builds that should give the same
-// bits can be checked to. Inputs are deterministic (hash-filled caches, seeded page permutation,
-// seeded ragged lengths and top-k ids), so every build sees the same data.
+// msa::run of the decode index top-k op, of the sparse attention decode op and of the whole
+// decode step at M3 TP4-rank shapes (H_idx 1, Hq 16 on Hkv 1, head dims 128, block 128, top-16)
+// by CUDA-graph replay, with L2 flushed by a 256 MiB read before each replay, and prints one line
+// per case: the median and minimum over 40 replays and a hash of the op's output, so builds that
+// should give the same bits can be checked to. Inputs are deterministic (hash-filled caches, seeded
+// page permutation, seeded ragged lengths and top-k ids), so every build sees the same data.
 //
-//   op_ab [index|attention|all]      (default all)
+//   op_ab [OPS] [CTX BATCH QLEN]
+//
+// OPS: all (the default), or a comma-separated list of index, attention and step. The optional
+// triple keeps only the cases of that shape (both dtypes, uniform and ragged), e.g. to profile one
+// of them with ncu.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
+#include <cstdlib>
 #include <functional>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "msa/attention.h"
+#include "msa/cache.h"
+#include "msa/fused_qknorm_rope.h"
 #include "msa/indexer.h"
 
 namespace {
@@ -301,6 +308,128 @@ bool run_attention(const Case& c, cudaStream_t s, const Flush& fl) {
   return time_op("attention", c, s, fl, op, hash);
 }
 
+// One sparse layer's decode step as decode_bench.py runs it: the fused insert (norms, RoPE, K/V
+// and index-key insert of the new rows, sparse mode), the index top-k op and the sparse
+// attention op, captured in one graph; the hash is of the attention output. fp8: e4m3 K/V with
+// a per-layer scale and e4m3 index keys and queries.
+bool run_step(const Case& c, cudaStream_t s, const Flush& fl) {
+  constexpr int kRotary = 64, kWidth = (kQHeads + 2 + 1) * kDim + kDim;  // q | k | v | iq | ik
+  const int nb = c.ctx / kBlock, T = c.batch * c.qlen, pool = c.batch * nb + 8;
+  const size_t es = c.fp8 ? 1 : 2;
+  const msa::DType cd = c.fp8 ? msa::DType::kE4M3 : msa::DType::kBF16;
+  Buffers b;
+  void *kv, *icache, *iq_out;
+  __nv_bfloat16 *qkv, *q_out, *out, *weights;
+  float *cos_sin, *scales;
+  int32_t *bt, *sl, *positions, *slots, *tk;
+  const size_t kv_elems = static_cast<size_t>(pool) * kBlock * 2 * kDim;
+  const size_t rows_bytes = static_cast<size_t>(T) * kQHeads * kDim * 2;
+  if (!b.alloc(&kv, kv_elems * es) ||
+      !b.alloc(&icache, static_cast<size_t>(pool) * kBlock * kDim * es) ||
+      !b.alloc(&iq_out, static_cast<size_t>(T) * kDim * es) ||
+      !b.alloc(&qkv, static_cast<size_t>(T) * kWidth * 2) || !b.alloc(&q_out, rows_bytes) ||
+      !b.alloc(&out, rows_bytes) || !b.alloc(&weights, 4 * kDim * 2) ||
+      !b.alloc(&cos_sin, static_cast<size_t>(c.ctx) * kRotary * 4) || !b.alloc(&scales, 2 * 4) ||
+      !b.alloc(&bt, static_cast<size_t>(c.batch) * nb * 4) || !b.alloc(&sl, c.batch * 4u) ||
+      !b.alloc(&positions, T * 4u) || !b.alloc(&slots, T * 4u) ||
+      !b.alloc(&tk, static_cast<size_t>(T) * kTopk * 4)) {
+    std::printf("step: allocation failed\n");
+    return false;
+  }
+  fill<<<1024, 256>>>(kv, kv_elems, 1, c.fp8);
+  fill<<<1024, 256>>>(icache, static_cast<size_t>(pool) * kBlock * kDim, 2, c.fp8);
+  fill<<<64, 256>>>(qkv, static_cast<size_t>(T) * kWidth, 3, false);
+  fill<<<4, 256>>>(weights, 4 * kDim, 4, false);
+  fill_f32<<<1024, 256>>>(cos_sin, static_cast<size_t>(c.ctx) * kRotary, 0.7071f);
+  fill_f32<<<1, 32>>>(scales, 2, 1.0f / 16);
+  std::vector<int32_t> table, lens;
+  batch_metadata(c, pool, &table, &lens);
+  std::vector<int32_t> pos(T), slot(T);
+  for (int t = 0; t < T; ++t) {
+    const int req = t / c.qlen;
+    pos[t] = lens[req] - c.qlen + t % c.qlen;
+    slot[t] = table[static_cast<size_t>(req) * nb + pos[t] / kBlock] * kBlock + pos[t] % kBlock;
+  }
+  AB_CHECK(cudaMemcpy(bt, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  AB_CHECK(cudaMemcpy(sl, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+  AB_CHECK(cudaMemcpy(positions, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
+  AB_CHECK(cudaMemcpy(slots, slot.data(), slot.size() * 4, cudaMemcpyHostToDevice));
+  const msa::Device dev = msa::Device::cuda(0);
+  msa::KvCacheView cache;
+  msa::Status st =
+      msa::make_packed_kv_cache(msa::make_tensor(kv, cd, {pool, 1, kBlock, 2 * kDim}, dev), &cache);
+  if (st.ok() && c.fp8) {
+    st = msa::set_kv_scales(&cache, msa::KvScaleMode::kPerLayer,
+                            msa::make_tensor(scales, msa::DType::kF32, {1}, dev),
+                            msa::make_tensor(scales + 1, msa::DType::kF32, {1}, dev));
+  }
+  if (!st.ok()) {
+    std::printf("step: cache: %s\n", st.message().c_str());
+    return false;
+  }
+  const msa::TensorView index_cache = msa::make_tensor(icache, cd, {pool, kBlock, kDim}, dev);
+  const msa::TensorView block_table = msa::make_tensor(bt, msa::DType::kI32, {c.batch, nb}, dev);
+  const msa::TensorView seq_lens = msa::make_tensor(sl, msa::DType::kI32, {c.batch}, dev);
+  msa::FusedQkNormRopeArgs ins;
+  ins.mode = msa::PreAttentionMode::kSparse;
+  ins.num_q_heads = kQHeads;
+  ins.num_kv_heads = 1;
+  ins.num_index_heads = 1;
+  ins.rotary_dim = kRotary;
+  ins.qkv = msa::make_tensor(qkv, msa::DType::kBF16, {T, kWidth}, dev);
+  ins.positions = msa::make_tensor(positions, msa::DType::kI32, {T}, dev);
+  ins.cos_sin_cache = msa::make_tensor(cos_sin, msa::DType::kF32, {c.ctx, kRotary}, dev);
+  ins.q_norm_weight = msa::make_tensor(weights, msa::DType::kBF16, {kDim}, dev);
+  ins.k_norm_weight = msa::make_tensor(weights + kDim, msa::DType::kBF16, {kDim}, dev);
+  ins.index_q_norm_weight = msa::make_tensor(weights + 2 * kDim, msa::DType::kBF16, {kDim}, dev);
+  ins.index_k_norm_weight = msa::make_tensor(weights + 3 * kDim, msa::DType::kBF16, {kDim}, dev);
+  ins.slot_mapping = msa::make_tensor(slots, msa::DType::kI32, {T}, dev);
+  ins.kv_cache = cache;
+  ins.index_cache = index_cache;
+  ins.q_out = msa::make_tensor(q_out, msa::DType::kBF16, {T, kQHeads, kDim}, dev);
+  ins.index_q_out = msa::make_tensor(iq_out, cd, {T, 1, kDim}, dev);
+  msa::IndexTopkDecodeArgs idx;
+  idx.query_len = c.qlen;
+  idx.index_q = ins.index_q_out;
+  idx.index_cache = index_cache;
+  idx.block_table = block_table;
+  idx.seq_lens = seq_lens;
+  idx.topk_out = msa::make_tensor(tk, msa::DType::kI32, {1, T, kTopk}, dev);
+  msa::SparseAttentionDecodeArgs att;
+  att.query_len = c.qlen;
+  att.q = ins.q_out;
+  att.kv_cache = cache;
+  att.block_table = block_table;
+  att.seq_lens = seq_lens;
+  att.topk = idx.topk_out;
+  att.out = msa::make_tensor(out, msa::DType::kBF16, {T, kQHeads, kDim}, dev);
+  size_t ws_ins = 0, ws_idx = 0, ws_att = 0;
+  st = msa::workspace_size(ins, &ws_ins);
+  if (st.ok()) st = msa::workspace_size(idx, &ws_idx);
+  if (st.ok()) st = msa::workspace_size(att, &ws_att);
+  const size_t ws_bytes = std::max({ws_ins, ws_idx, ws_att});
+  void* ws;
+  if (!st.ok() || !b.alloc(&ws, ws_bytes + 256)) {
+    std::printf("step: workspace: %s\n", st.message().c_str());
+    return false;
+  }
+  const msa::Stream stream{s, 0};
+  auto op = [&] {
+    msa::Status r = msa::run(ins, msa::Workspace{ws, ws_ins}, stream);
+    if (r.ok()) r = msa::run(idx, msa::Workspace{ws, ws_idx}, stream);
+    if (r.ok()) r = msa::run(att, msa::Workspace{ws, ws_att}, stream);
+    if (!r.ok()) std::printf("step: %s\n", r.message().c_str());
+    return r.ok();
+  };
+  auto hash = [&](uint64_t* h) {
+    std::vector<unsigned char> host(rows_bytes);
+    AB_CHECK(cudaMemcpy(host.data(), out, rows_bytes, cudaMemcpyDeviceToHost));
+    *h = fnv(host.data(), host.size());
+    return true;
+  };
+  return time_op("step", c, s, fl, op, hash);
+}
+
 // Index cases: batch 1-64 over 8K-512K, uniform and (where lengths can differ) ragged, both
 // dtypes. Attention cases: its work does not grow with the context, so 8K and 128K, with 1 and
 // 4 rows per request.
@@ -330,6 +459,26 @@ std::vector<Case> index_cases() {
   return cases;
 }
 
+std::vector<Case> step_cases() {
+  std::vector<Case> cases;
+  for (bool fp8 : {false, true}) {
+    for (const auto& [ctx, batch] : std::vector<std::pair<int, int>>{{8192, 1},
+                                                                     {8192, 16},
+                                                                     {8192, 64},
+                                                                     {32768, 1},
+                                                                     {32768, 16},
+                                                                     {131072, 1},
+                                                                     {131072, 16},
+                                                                     {131072, 64}}) {
+      cases.push_back({ctx, batch, 1, fp8, false});
+    }
+    cases.push_back({8192, 16, 4, fp8, false});
+    cases.push_back({131072, 1, 1, fp8, true});
+    cases.push_back({131072, 64, 1, fp8, true});
+  }
+  return cases;
+}
+
 std::vector<Case> attention_cases() {
   std::vector<Case> cases;
   for (bool fp8 : {false, true}) {
@@ -346,13 +495,22 @@ std::vector<Case> attention_cases() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* which = argc > 1 ? argv[1] : "all";
-  const bool index = std::strcmp(which, "index") == 0 || std::strcmp(which, "all") == 0;
-  const bool attention = std::strcmp(which, "attention") == 0 || std::strcmp(which, "all") == 0;
-  if (!index && !attention) {
-    std::printf("usage: op_ab [index|attention|all]\n");
+  const std::string which = "," + std::string(argc > 1 ? argv[1] : "all") + ",";
+  auto wants = [&](const char* op) {
+    return which == ",all," || which.find("," + std::string(op) + ",") != std::string::npos;
+  };
+  const bool index = wants("index"), attention = wants("attention"), step = wants("step");
+  if ((!index && !attention && !step) || (argc != 2 && argc != 5 && argc != 1)) {
+    std::printf("usage: op_ab [all|index,attention,step] [CTX BATCH QLEN]\n");
     return 2;
   }
+  const bool filtered = argc == 5;
+  const int f_ctx = filtered ? std::atoi(argv[2]) : 0;
+  const int f_batch = filtered ? std::atoi(argv[3]) : 0;
+  const int f_qlen = filtered ? std::atoi(argv[4]) : 0;
+  auto selected = [&](const Case& c) {
+    return !filtered || (c.ctx == f_ctx && c.batch == f_batch && c.qlen == f_qlen);
+  };
   Flush fl;
   fl.n = (size_t{256} << 20) / sizeof(uint4);
   cudaStream_t s;
@@ -365,12 +523,17 @@ int main(int argc, char** argv) {
   }
   if (index) {
     for (const Case& c : index_cases()) {
-      if (!run_index(c, s, fl)) return 1;
+      if (selected(c) && !run_index(c, s, fl)) return 1;
     }
   }
   if (attention) {
     for (const Case& c : attention_cases()) {
-      if (!run_attention(c, s, fl)) return 1;
+      if (selected(c) && !run_attention(c, s, fl)) return 1;
+    }
+  }
+  if (step) {
+    for (const Case& c : step_cases()) {
+      if (selected(c) && !run_step(c, s, fl)) return 1;
     }
   }
   return 0;
