@@ -74,13 +74,17 @@ struct AttnProblem {
 using AttnPlan = detail::AttnLaunchPlan;
 static_assert(detail::kAttnWarpsPerCta == kAttnWarps, "policy and kernel agree on warps");
 
-template <typename CacheT, int D>
-constexpr auto kKernel = sparse_attention_kernel<CacheT, D>;
+template <typename CacheT, int D, bool kTwoBuffers>
+constexpr auto kKernel = sparse_attention_kernel<CacheT, D, kTwoBuffers>;
 
-// The kernel instance of a call's cache dtype and head dim.
+// The kernel instance of a call's cache dtype, head dim and merge path: the two-buffer main loop
+// for 16-bit K/V outside clusters, else the copying one (see the kernel's main loop).
 template <typename CacheT>
-auto kernel_for(int64_t head_dim) {
-  return head_dim == 64 ? kKernel<CacheT, 64> : kKernel<CacheT, 128>;
+auto kernel_for(int64_t head_dim, bool cluster) {
+  if constexpr (sizeof(CacheT) == 2) {
+    if (!cluster) return head_dim == 64 ? kKernel<CacheT, 64, true> : kKernel<CacheT, 128, true>;
+  }
+  return head_dim == 64 ? kKernel<CacheT, 64, false> : kKernel<CacheT, 128, false>;
 }
 
 // The clusters of `kernel` the current device can run (detail::AttnClusterLimits): 16 CTAs where
@@ -103,11 +107,11 @@ detail::AttnClusterLimits cluster_limits(const AttnProblem& pb) {
   return cache.get(2 * dtype + (pb.head_dim() == 64 ? 0 : 1), [&] {
     switch (pb.kv.k.dtype) {
       case DType::kBF16:
-        return query_cluster_limits(kernel_for<__nv_bfloat16>(pb.head_dim()));
+        return query_cluster_limits(kernel_for<__nv_bfloat16>(pb.head_dim(), true));
       case DType::kF16:
-        return query_cluster_limits(kernel_for<__half>(pb.head_dim()));
+        return query_cluster_limits(kernel_for<__half>(pb.head_dim(), true));
       default:
-        return query_cluster_limits(kernel_for<uint8_t>(pb.head_dim()));
+        return query_cluster_limits(kernel_for<uint8_t>(pb.head_dim(), true));
     }
   });
 }
@@ -192,7 +196,7 @@ Status check_supported(const AttnProblem& pb) {
 template <typename CacheT>
 Status launch_attention(const SparseAttnParams& prm, int64_t head_dim, dim3 grid,
                         cudaStream_t stream) {
-  const auto kernel = kernel_for<CacheT>(head_dim);
+  const auto kernel = kernel_for<CacheT>(head_dim, prm.cluster);
   if (!prm.cluster) {
     return launch_kernel("sparse_attention_kernel", kernel, grid, dim3(kAttnThreads), 0, stream,
                          prm);

@@ -176,7 +176,9 @@ __device__ __forceinline__ void load_q_items(const SparseAttnParams& prm, int64_
 //    builds each B register with one byte permute.
 // Each warp runs its own online softmax over 16-key subtiles w, w+4, ... of the split's range
 // of the row's ascending block list; the 4 warps are merged in fixed order at the end.
-template <typename CacheT, int D>
+//
+// kTwoBuffers selects the form of the register double buffer (see the main loop).
+template <typename CacheT, int D, bool kTwoBuffers>
 __global__ void __launch_bounds__(kAttnThreads)
     sparse_attention_kernel(const SparseAttnParams prm) {
   using Raw = typename KvTraits<CacheT>::Raw;
@@ -368,8 +370,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   const CacheT* k_head = k_all + kvh * prm.k_stride_head;
   const CacheT* v_head = v_all + kvh * prm.v_stride_head;
 
-  // A subtile's raw K/V fragments and scales. The loop keeps the next subtile's loads in flight
-  // while it computes the current one (a register double buffer).
+  // A subtile's raw K/V fragments and scales.
   struct Tile {
     Raw kr[2][kChunks];
     Raw vr[4][kHalves];
@@ -421,20 +422,14 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
   };
 
-  Tile cur;
-  int li = (sub_begin + warp) / spb, sb = (sub_begin + warp) - li * spb;
-  if (sub_begin + warp < sub_end) load_tile(li, sb, cur);
-  for (int i = sub_begin + warp; i < sub_end; i += kAttnWarps) {
-    int li_next = li, sb_next = sb;
-    advance(li_next, sb_next, kAttnWarps);
-    Tile nxt;
-    if (i + kAttnWarps < sub_end) load_tile(li_next, sb_next, nxt);
+  // The online-softmax update of this warp with subtile (li, sb), whose fragments are in t.
+  auto process = [&](int li, int sb, const Tile& t) {
     const int off = sb * 16;
     const int64_t j0 = static_cast<int64_t>(s_list_id[li]) * bs + off;
-    const auto& kr = cur.kr;
-    const auto& vr = cur.vr;
-    const auto& ksc = cur.ksc;
-    const auto& vsc = cur.vsc;
+    const auto& kr = t.kr;
+    const auto& vr = t.vr;
+    const auto& ksc = t.ksc;
+    const auto& vsc = t.vsc;
 
     float s[2][4];
 #pragma unroll
@@ -513,9 +508,50 @@ __global__ void __launch_bounds__(kAttnThreads)
         mma_16816<kHalfMma>(acc[vh * 8 + nd], pa, b0, b1);
       }
     }
-    cur = nxt;
-    li = li_next;
-    sb = sb_next;
+  };
+  // Register double buffer: the next subtile's loads are in flight while the warp computes the
+  // current one. Two forms, chosen by the launcher from same-call A/B timings
+  // (bench/results/2026-11-30-attn-two-buffers-ab/):
+  //  * two buffers in turn (kTwoBuffers), no copy between them (the copy is ~65 register moves
+  //    per subtile): up to 10% faster for 16-bit K/V with 4 rows per request. Its loop body is
+  //    twice the code; in the in-cluster calls of small batches (about 2 subtiles per warp) it
+  //    made the whole decode step ~1 us slower, though the attention op alone was not slower;
+  //  * one buffer refilled from the next: e4m3 K/V (up to 8% faster than two buffers) and the
+  //    in-cluster calls.
+  int i = sub_begin + warp;
+  int li = i / spb, sb = i - li * spb;
+  if constexpr (kTwoBuffers) {
+    Tile ta, tb;
+    if (i < sub_end) load_tile(li, sb, ta);
+    while (i < sub_end) {
+      int li2 = li, sb2 = sb;
+      advance(li2, sb2, kAttnWarps);
+      if (i + kAttnWarps < sub_end) load_tile(li2, sb2, tb);
+      process(li, sb, ta);
+      i += kAttnWarps;
+      li = li2;
+      sb = sb2;
+      if (i >= sub_end) break;
+      advance(li2, sb2, kAttnWarps);
+      if (i + kAttnWarps < sub_end) load_tile(li2, sb2, ta);
+      process(li, sb, tb);
+      i += kAttnWarps;
+      li = li2;
+      sb = sb2;
+    }
+  } else {
+    Tile cur;
+    if (i < sub_end) load_tile(li, sb, cur);
+    for (; i < sub_end; i += kAttnWarps) {
+      int li2 = li, sb2 = sb;
+      advance(li2, sb2, kAttnWarps);
+      Tile nxt;
+      if (i + kAttnWarps < sub_end) load_tile(li2, sb2, nxt);
+      process(li, sb, cur);
+      cur = nxt;
+      li = li2;
+      sb = sb2;
+    }
   }
 
   // Merge the 4 warps' partial softmax states in fixed warp order.
