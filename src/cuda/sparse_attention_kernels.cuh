@@ -686,8 +686,12 @@ __global__ void __launch_bounds__(kAttnThreads)
       prm.lse[row * prm.lse_stride_row + (head0 + hh) * prm.lse_stride_head] = lse;
     }
   }
-  // No CTA may exit while another still reads its shared memory.
-  cluster.sync();
+  // No CTA may exit while another still reads its shared memory. Those reads have completed
+  // (their values went into this thread's output stores above), so the arrive needs no release
+  // fence, and a relaxed one does not wait for the output stores to be performed (A/B: 0.1-0.3 us
+  // less at batch 1).
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
 // Combines the splits of one (row, q head) in ascending split order: out = sum_s w_s o_s / sum w,
