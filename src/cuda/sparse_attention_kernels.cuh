@@ -289,20 +289,34 @@ __global__ void __launch_bounds__(kAttnThreads)
     if (warp == 0) {
       int32_t id, page;
       validate(lane < W ? tk[0] : -1, id, page);
-      const uint32_t same = __match_any_sync(0xFFFFFFFFu, id);
-      const bool first = id >= 0 && __ffs(same) - 1 == lane;
-      const uint32_t firsts = __ballot_sync(0xFFFFFFFFu, first);
-      int rank = 0;
+      // The index op writes its lists front-packed and strictly ascending; then each valid id is
+      // its own rank, and the general ranking below (about 240 instructions, while the other
+      // warps wait at the barrier) is not needed. Both give the same list.
+      const int32_t prev = __shfl_up_sync(0xFFFFFFFFu, id, 1);
+      const bool in_order = id < 0 || lane == 0 || (prev >= 0 && prev < id);
+      if (__all_sync(0xFFFFFFFFu, in_order)) {
+        const uint32_t valid = __ballot_sync(0xFFFFFFFFu, id >= 0);
+        if (id >= 0) {
+          s_list_id[lane] = id;
+          s_list_page[lane] = page;
+        }
+        if (lane == 0) s_nsel = __popc(valid);
+      } else {
+        const uint32_t same = __match_any_sync(0xFFFFFFFFu, id);
+        const bool first = id >= 0 && __ffs(same) - 1 == lane;
+        const uint32_t firsts = __ballot_sync(0xFFFFFFFFu, first);
+        int rank = 0;
 #pragma unroll
-      for (int f = 0; f < 32; ++f) {
-        const int32_t other = __shfl_sync(0xFFFFFFFFu, id, f);
-        rank += ((firsts >> f) & 1u) && other < id ? 1 : 0;
+        for (int f = 0; f < 32; ++f) {
+          const int32_t other = __shfl_sync(0xFFFFFFFFu, id, f);
+          rank += ((firsts >> f) & 1u) && other < id ? 1 : 0;
+        }
+        if (first) {
+          s_list_id[rank] = id;
+          s_list_page[rank] = page;
+        }
+        if (lane == 0) s_nsel = __popc(firsts);
       }
-      if (first) {
-        s_list_id[rank] = id;
-        s_list_page[rank] = page;
-      }
-      if (lane == 0) s_nsel = __popc(firsts);
     }
   } else {
 #pragma unroll

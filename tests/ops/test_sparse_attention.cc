@@ -333,7 +333,10 @@ void expect_rows_are_sets(const BatchSpec& s, const std::vector<int32_t>& row0,
   expect_same_outputs(*dup, *ref, what);
 }
 
-// A duplicated id in a top-k row counts once: the row is treated as a set.
+// A top-k row is treated as a set: a duplicated id counts once, and neither the order of the
+// ids nor a -1 between them matters. (The CUDA kernel takes a shortcut for rows that are
+// front-packed and strictly ascending, as the reference rows are; the others take its general
+// ranking.)
 TEST(SparseAttention, TopkRowIsASet) {
   MSA_REQUIRE_TEST_DEVICE();
   BatchSpec s;
@@ -342,6 +345,8 @@ TEST(SparseAttention, TopkRowIsASet) {
   s.topk_width = 5;
   s.seed = 51;
   expect_rows_are_sets(s, {0, 3, 3, 7, 7}, {1, 1, 4, 4}, "duplicated ids");
+  expect_rows_are_sets(s, {7, 0, 3}, {4, 1}, "ids out of order");
+  expect_rows_are_sets(s, {0, -1, 3, 7}, {-1, 1, 4}, "-1 before valid ids");
 }
 
 // Rows wider than a warp (here 40 entries) take the CUDA kernel's shared-memory path: the set
