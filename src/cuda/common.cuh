@@ -136,6 +136,18 @@ __device__ __forceinline__ void wait_for_prior_grid() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
+// cudaLaunchKernelEx with `config`; a failed launch as a Status naming the kernel.
+template <typename... KArgs, typename... Args>
+Status launch_kernel_ex(const char* name, void (*kernel)(KArgs...),
+                        const cudaLaunchConfig_t& config, const Args&... args) {
+  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status(StatusCode::kCudaError, std::string(name) + ": " + cudaGetErrorString(e));
+  }
+  return launch_status(name);
+}
+
 template <typename... KArgs, typename... Args>
 Status launch_kernel_dependent(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block,
                                size_t smem, cudaStream_t stream, const Args&... args) {
@@ -149,12 +161,7 @@ Status launch_kernel_dependent(const char* name, void (*kernel)(KArgs...), dim3 
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return Status(StatusCode::kCudaError, std::string(name) + ": " + cudaGetErrorString(e));
-  }
-  return launch_status(name);
+  return launch_kernel_ex(name, kernel, config, args...);
 }
 
 // A launch configuration in thread-block clusters of `cluster` CTAs (for cudaLaunchKernelEx and
@@ -198,12 +205,7 @@ Status launch_kernel_clustered(const char* name, void (*kernel)(KArgs...), dim3 
   cudaLaunchAttribute attribute;
   const cudaLaunchConfig_t config =
       cluster_launch_config(grid, block, smem, stream, cluster, &attribute);
-  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return Status(StatusCode::kCudaError, std::string(name) + ": " + cudaGetErrorString(e));
-  }
-  return launch_status(name);
+  return launch_kernel_ex(name, kernel, config, args...);
 }
 
 // Clusters of `cluster` CTAs of `kernel` (blocks of `block` threads, static shared memory only)
