@@ -10,7 +10,9 @@ namespace msa {
 // For query row t at position p of its request, q head h and KV head g = h / (Hq / Hkv):
 //   keys(t) = { j : j <= p, j < seq_len, j / block_size in Sel }      (sparse)
 //             { j : j <= p, j < seq_len }                              (dense)
-//   Sel = the non-negative ids of topk[g, t, :] (request-relative logical block ids)
+//   Sel = the non-negative ids of topk[g, t, :] (request-relative logical block ids), a set:
+//         order and repeats do not change the result. The index ops write rows ascending and
+//         front-packed (-1 padding last), the form the CUDA kernel ranks fastest.
 //   out[t, h]  = sum_j softmax_j(scale * <q[t, h], k_g(j)>) * v_g(j)
 //   lse[t, h]  = ln(sum_j exp(scale * <q[t, h], k_g(j)>))
 // fp8 caches are dequantised (x = float(stored) * scale per the cache's scale mode) before the
