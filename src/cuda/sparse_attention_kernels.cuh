@@ -534,37 +534,32 @@ __global__ void __launch_bounds__(kAttnThreads)
   //    in-cluster calls.
   int i = sub_begin + warp;
   int li = i / spb, sb = i - li * spb;
+  // One subtile: issues the loads of the warp's next subtile into `next`, then computes (li, sb)
+  // from `cur`.
+  auto step = [&](const Tile& cur, Tile& next) {
+    int li2 = li, sb2 = sb;
+    advance(li2, sb2, kAttnWarps);
+    if (i + kAttnWarps < sub_end) load_tile(li2, sb2, next);
+    process(li, sb, cur);
+    i += kAttnWarps;
+    li = li2;
+    sb = sb2;
+  };
   if constexpr (kTwoBuffers) {
     Tile ta, tb;
     if (i < sub_end) load_tile(li, sb, ta);
     while (i < sub_end) {
-      int li2 = li, sb2 = sb;
-      advance(li2, sb2, kAttnWarps);
-      if (i + kAttnWarps < sub_end) load_tile(li2, sb2, tb);
-      process(li, sb, ta);
-      i += kAttnWarps;
-      li = li2;
-      sb = sb2;
+      step(ta, tb);
       if (i >= sub_end) break;
-      advance(li2, sb2, kAttnWarps);
-      if (i + kAttnWarps < sub_end) load_tile(li2, sb2, ta);
-      process(li, sb, tb);
-      i += kAttnWarps;
-      li = li2;
-      sb = sb2;
+      step(tb, ta);
     }
   } else {
     Tile cur;
     if (i < sub_end) load_tile(li, sb, cur);
-    for (; i < sub_end; i += kAttnWarps) {
-      int li2 = li, sb2 = sb;
-      advance(li2, sb2, kAttnWarps);
-      Tile nxt;
-      if (i + kAttnWarps < sub_end) load_tile(li2, sb2, nxt);
-      process(li, sb, cur);
-      cur = nxt;
-      li = li2;
-      sb = sb2;
+    while (i < sub_end) {
+      Tile next;
+      step(cur, next);
+      cur = next;
     }
   }
 
