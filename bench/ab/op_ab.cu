@@ -495,14 +495,24 @@ std::vector<Case> attention_cases() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string which = "," + std::string(argc > 1 ? argv[1] : "all") + ",";
-  auto wants = [&](const char* op) {
-    return which == ",all," || which.find("," + std::string(op) + ",") != std::string::npos;
-  };
-  const bool index = wants("index"), attention = wants("attention"), step = wants("step");
-  if ((!index && !attention && !step) || (argc != 2 && argc != 5 && argc != 1)) {
-    std::printf("usage: op_ab [all|index,attention,step] [CTX BATCH QLEN]\n");
-    return 2;
+  // OPS: "all" or a comma-separated list of known ops; anything else is a usage error.
+  bool index = false, attention = false, step = false, ops_ok = argc == 1 || argc == 2 || argc == 5;
+  std::string ops = argc > 1 ? argv[1] : "all";
+  for (size_t begin = 0; ops_ok && begin <= ops.size();) {
+    const size_t end = std::min(ops.find(',', begin), ops.size());
+    const std::string op = ops.substr(begin, end - begin);
+    if (op == "all") {
+      index = attention = step = true;
+    } else if (op == "index") {
+      index = true;
+    } else if (op == "attention") {
+      attention = true;
+    } else if (op == "step") {
+      step = true;
+    } else {
+      ops_ok = false;
+    }
+    begin = end + 1;
   }
   const bool filtered = argc == 5;
   const int f_ctx = filtered ? std::atoi(argv[2]) : 0;
@@ -511,6 +521,17 @@ int main(int argc, char** argv) {
   auto selected = [&](const Case& c) {
     return !filtered || (c.ctx == f_ctx && c.batch == f_batch && c.qlen == f_qlen);
   };
+  int matching = 0;
+  for (const auto& [wanted, cases] :
+       {std::make_pair(index, index_cases()), std::make_pair(attention, attention_cases()),
+        std::make_pair(step, step_cases())}) {
+    if (wanted) matching += static_cast<int>(std::count_if(cases.begin(), cases.end(), selected));
+  }
+  if (!ops_ok || matching == 0) {
+    std::printf("usage: op_ab [all|index,attention,step] [CTX BATCH QLEN]%s\n",
+                ops_ok ? " (no case of these ops has that shape)" : "");
+    return 2;
+  }
   Flush fl;
   fl.n = (size_t{256} << 20) / sizeof(uint4);
   cudaStream_t s;
