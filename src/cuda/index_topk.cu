@@ -22,14 +22,18 @@
 //   2. index_select_kernel, grid (T, H): exact selection of the min(topk, nvb) best keys (tier,
 //      score, lower id) and an ascending front-packed write, -1 padded. Block tables of at most
 //      256 columns (contexts up to 32K at block 128) count each visible block's rank against the
-//      row's keys in shared memory; tables up to 4096 columns rank a candidate set cut by a
-//      sampled threshold (select_by_sampled_rank); the rest, and candidate sets that come out too
-//      large, find the K-th key by an 8-bit radix descent. On the H200 the rank count took the
-//      8K x 1 index call from 19.7 to 12.4 us and the sampled one 128K x 1 from 29.9 to 26.6 us
-//      (bench/results/2026-11-29-select-rank-ab/). It is a programmatic dependent launch: its
-//      CTAs start while the score kernel finishes (while it runs, after one-wave grids of short
-//      CTAs: plan.early_select), resolve their rows, and wait for the scores (griddepcontrol),
-//      so its launch and first loads are off the call's critical path (8K x 1: 11.5 -> 9.4 us).
+//      row's keys in shared memory; tables up to 4096 columns rank a candidate set cut by a lower
+//      bound on the K-th key, from the warps' largest keys or else from samples
+//      (select_wide_by_candidates); the rest, and candidate sets that come out too large, find
+//      the K-th key by an 8-bit radix descent. On the H200 the rank count took the 8K x 1 index
+//      call from 19.7 to 12.4 us and the sampled one 128K x 1 from 29.9 to 26.6 us
+//      (bench/results/2026-11-29-select-rank-ab/); the warps' bound took 128K x 1 from 25.4 to
+//      23.8 us and 512K x 1 from 56.5 to 51.8 us (2026-11-30-select-warp-tops-ab/; on tables of
+//      at most 256 columns it was up to 0.8 us slower than the rank count, so they keep that).
+//      It is a programmatic dependent launch: its CTAs start while the score kernel finishes
+//      (while it runs, after one-wave grids of short CTAs: plan.early_select), resolve their
+//      rows, and wait for the scores (griddepcontrol), so its launch and first loads are off the
+//      call's critical path (8K x 1: 11.5 -> 9.4 us).
 //   Decode calls with tables of at most 256 columns whose score CTAs of a request fit as one
 //   thread-block cluster, one cluster per request all resident at once (plan_index_launch;
 //   batch 4 at 8K on the H200), run index_score_mma_cluster_kernel alone instead: after a cluster

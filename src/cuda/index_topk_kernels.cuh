@@ -77,13 +77,19 @@ struct SelectSmem {
   union {
     // Radix path: pass p counts into hist[p & 1] while hist[(p + 1) & 1] is cleared.
     alignas(16) uint32_t hist[2][256];
-    // Rank path: the key of block b (0: not visible).
+    // Rank path: the key of block b (0: not visible); candidate paths: the candidate keys.
     alignas(16) uint64_t keys[kSelectThreads];
   };
+  // Warp tops (warp_tops_threshold): top t of warp w at t * warps + w.
+  uint64_t tops[32];
   int32_t warp_sums[kSelectThreads / 32];
   uint32_t digit, remaining, done;
   uint64_t threshold;
 };
+
+constexpr int kSelectWarps = kSelectThreads / 32;
+// Largest keys per warp that warp_tops_threshold gathers (its tops fill one warp's lanes).
+constexpr int kMaxWarpTops = 32 / kSelectWarps;
 
 // Exclusive prefix sum of v over the CTA's threads in thread order, and the CTA total (a warp
 // scan plus the per-warp totals, one CTA barrier; warp_sums stays in use until the caller's next
@@ -99,13 +105,115 @@ __device__ __forceinline__ int32_t exclusive_sum(int32_t v, SelectSmem& sm, int3
   if (lane == 31) sm.warp_sums[warp] = incl;
   __syncthreads();
   int32_t offset = incl - v, sum = 0;
-  for (int w = 0; w < kSelectThreads / 32; ++w) {
+  for (int w = 0; w < kSelectWarps; ++w) {
     const int32_t ws = sm.warp_sums[w];
     if (w < warp) offset += ws;
     sum += ws;
   }
   *total = sum;
   return offset;
+}
+
+// The largest of keys[] below `bound` (0: none; absent keys are 0).
+template <int P>
+__device__ __forceinline__ uint64_t largest_below(const uint64_t (&keys)[P], uint64_t bound) {
+  uint64_t best = 0;
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    if (keys[i] < bound && keys[i] > best) best = keys[i];
+  }
+  return best;
+}
+
+// Warps that warp_tops_threshold needs for `kept` keys: the tops of the first `warps` warps
+// (those whose threads can hold keys) must number at least kept, at most kMaxWarpTops each.
+__device__ __forceinline__ bool warp_tops_fit(int64_t kept, int64_t warps) {
+  return warps >= 1 && warps <= kSelectWarps && kept <= warps * kMaxWarpTops;
+}
+
+// A lower bound on the kept-th largest key of a row whose keys (0: absent) are spread over the
+// threads of the first `warps` warps, keys[] per thread (requires warp_tops_fit): each of those
+// warps gathers its m = ceil(kept / warps) largest keys by m warp max-reductions, and the kept-th
+// largest of these distinct keys has at least kept keys at or above it (0, no bound, when they
+// are fewer than kept). For unordered scores few keys beyond the kept ones reach it (about 30
+// at top-16), so the candidate rank is short, and gathering the tops costs a few warp
+// reductions where ranking one sample per thread costs a pass over 256 of them. One CTA
+// barrier; every thread returns the same value.
+template <int P>
+__device__ uint64_t warp_tops_threshold(const uint64_t (&keys)[P], int64_t kept, int warps,
+                                        SelectSmem& sm) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int m = static_cast<int>((kept + warps - 1) / warps);
+  if (warp < warps) {
+    uint64_t cur = largest_below(keys, ~0ull);
+    for (int t = 0; t < m; ++t) {
+      uint64_t top = cur;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        const uint64_t other = __shfl_xor_sync(0xFFFFFFFFu, top, off);
+        top = other > top ? other : top;
+      }
+      if (lane == 0) sm.tops[t * warps + warp] = top;
+      if (top != 0 && cur == top) cur = largest_below(keys, top);  // keys are distinct
+    }
+  }
+  __syncthreads();
+  const int n = warps * m;  // <= 32
+  const uint64_t v = lane < n ? sm.tops[lane] : 0;
+  // All 32 slots are read at once (a read behind a branch or a loop bound would wait for the one
+  // before it); slots past n, from an earlier row or unset, are masked.
+  uint64_t tops[32];
+#pragma unroll
+  for (int u = 0; u < 32; ++u) tops[u] = sm.tops[u];
+  int above = 0;
+#pragma unroll
+  for (int u = 0; u < 32; ++u) above += (u < n && tops[u] > v) ? 1 : 0;
+  const uint32_t hit = __ballot_sync(0xFFFFFFFFu, v != 0 && above == kept - 1);
+  return hit != 0 ? __shfl_sync(0xFFFFFFFFu, v, __ffs(hit) - 1) : 0;
+}
+
+// Selects the row's kept blocks among its keys >= lower (a bound that at least kept keys reach):
+// they are packed into shared memory in block order (keys[] of a thread are consecutive blocks,
+// threads in block order), each ranked among the others, and the kept ones written ascending
+// with -1 padding. Returns false, having written nothing, when more than kSelectThreads keys
+// reach the bound; the caller then selects another way.
+template <int P>
+__device__ bool select_candidates(const IndexSelectParams& prm, int64_t row, int64_t h,
+                                  const uint64_t (&keys)[P], int64_t kept, uint64_t lower,
+                                  SelectSmem& sm) {
+  const int tid = threadIdx.x;
+  int32_t count = 0;
+#pragma unroll
+  for (int i = 0; i < P; ++i) count += (keys[i] != 0 && keys[i] >= lower) ? 1 : 0;
+  int32_t candidates = 0;
+  int32_t slot = exclusive_sum(count, sm, &candidates);
+  if (candidates > kSelectThreads) {
+    __syncthreads();  // warp_sums
+    return false;
+  }
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    if (keys[i] != 0 && keys[i] >= lower) sm.keys[slot++] = keys[i];
+  }
+  __syncthreads();
+  const uint64_t key = tid < candidates ? sm.keys[tid] : 0;
+  bool keep = false;
+  if ((tid & ~31) < candidates) {  // warp-uniform
+    int64_t above = 0;
+    for (int64_t u = 0; u < candidates; ++u) above += sm.keys[u] > key ? 1 : 0;
+    keep = tid < candidates && above < kept;
+  }
+  int32_t total = 0;
+  const int32_t offset = exclusive_sum(keep ? 1 : 0, sm, &total);
+  int32_t* out = prm.out + h * prm.out_stride_head + row * prm.out_stride_row;
+  if (keep) {
+    out[offset * prm.out_stride_col] = static_cast<int32_t>(0x3FFFFFFFull - (key & 0x3FFFFFFFull));
+  }
+  for (int64_t c = kept + tid; c < prm.out_cols; c += kSelectThreads) {
+    out[c * prm.out_stride_col] = -1;
+  }
+  __syncthreads();  // keys and warp_sums are reused by the caller's next row
+  return true;
 }
 
 // The kept blocks of one (row, head) among its nvb <= kSelectThreads visible blocks, by all
@@ -163,21 +271,28 @@ __device__ void select_row_topk_by_rank(const IndexSelectParams& prm, int64_t ro
                          visible_blocks(info, info.pos_base + row, prm.rows.block_size), sm);
 }
 
-// Wide tables (more than kSelectThreads columns, keys in registers): the rank count on a
-// candidate set. The first key of every thread's range is a sample; the kept-th largest sample
-// L bounds the row's kept-th largest key from below, so the kept blocks are among the keys >= L
-// (about kept x keys-per-thread of them for unordered scores). Those are packed into shared
-// memory in block order and ranked among themselves as in select_row_topk_by_rank. Returns false,
-// having written nothing, when more than kSelectThreads keys reach L (scores that grow with the
-// block id can do that); the caller then runs the radix descent. Requires nvb > kept.
+// Wide tables (more than kSelectThreads columns, keys in registers; requires nvb > kept): a
+// lower bound on the kept-th largest key, then the rank count on the candidate set of keys that
+// reach it (select_candidates). The bound comes first from the warps' tops (warp_tops_threshold)
+// when they can gather enough; when that is not possible, or lets more than kSelectThreads keys
+// through (scores that grow with the block id: the low warps' tops are low), from samples: the
+// first key of every thread's range, whose kept-th largest bounds the row's kept-th largest key
+// from below (about kept x keys-per-thread candidates for unordered scores). Returns false,
+// having written nothing, when that too lets more than kSelectThreads keys through; the caller
+// then runs the radix descent.
 template <int P>
-__device__ bool select_by_sampled_rank(const IndexSelectParams& prm, int64_t row, int64_t h,
-                                       const uint64_t (&keys)[P], int64_t per_thread, int64_t nvb,
-                                       int64_t kept, SelectSmem& sm) {
+__device__ bool select_wide_by_candidates(const IndexSelectParams& prm, int64_t row, int64_t h,
+                                          const uint64_t (&keys)[P], int64_t per_thread,
+                                          int64_t nvb, int64_t kept, SelectSmem& sm) {
   const int tid = threadIdx.x;
-  const uint64_t sample = keys[0];  // 0 when this thread's range holds no visible block
   const int64_t nsamples =
       min(static_cast<int64_t>(kSelectThreads), (nvb + per_thread - 1) / per_thread);
+  const int warps = static_cast<int>((nsamples + 31) / 32);
+  if (warp_tops_fit(kept, warps) &&
+      select_candidates(prm, row, h, keys, kept, warp_tops_threshold(keys, kept, warps, sm), sm)) {
+    return true;
+  }
+  const uint64_t sample = keys[0];  // 0 when this thread's range holds no visible block
   sm.keys[tid] = sample;
   if (tid == 0) sm.threshold = 0;  // fewer samples than kept blocks: every key is a candidate
   __syncthreads();
@@ -187,39 +302,8 @@ __device__ bool select_by_sampled_rank(const IndexSelectParams& prm, int64_t row
     if (sample != 0 && above == kept - 1) sm.threshold = sample;
   }
   __syncthreads();
-  const uint64_t lower = sm.threshold;
-  int32_t count = 0;
-#pragma unroll
-  for (int i = 0; i < P; ++i) count += (keys[i] != 0 && keys[i] >= lower) ? 1 : 0;
-  int32_t candidates = 0;
-  int32_t slot = exclusive_sum(count, sm, &candidates);
-  if (candidates > kSelectThreads) {
-    __syncthreads();  // warp_sums
-    return false;
-  }
-#pragma unroll
-  for (int i = 0; i < P; ++i) {
-    if (keys[i] != 0 && keys[i] >= lower) sm.keys[slot++] = keys[i];
-  }
-  __syncthreads();
-  const uint64_t key = tid < candidates ? sm.keys[tid] : 0;
-  bool keep = false;
-  if ((tid & ~31) < candidates) {  // warp-uniform
-    int64_t above = 0;
-    for (int64_t u = 0; u < candidates; ++u) above += sm.keys[u] > key ? 1 : 0;
-    keep = tid < candidates && above < kept;
-  }
-  int32_t total = 0;
-  const int32_t offset = exclusive_sum(keep ? 1 : 0, sm, &total);
-  int32_t* out = prm.out + h * prm.out_stride_head + row * prm.out_stride_row;
-  if (keep) {
-    out[offset * prm.out_stride_col] = static_cast<int32_t>(0x3FFFFFFFull - (key & 0x3FFFFFFFull));
-  }
-  for (int64_t c = kept + tid; c < prm.out_cols; c += kSelectThreads) {
-    out[c * prm.out_stride_col] = -1;
-  }
-  __syncthreads();  // keys and warp_sums are reused by the caller's next row
-  return true;
+  // select_candidates rewrites keys only after a barrier, when every thread has read this.
+  return select_candidates(prm, row, h, keys, kept, sm.threshold, sm);
 }
 
 // The kept blocks of one (row, head), written in ascending id order with -1 padding, by all
@@ -282,7 +366,7 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
   };
 
   if (cached && nvb > kept) {
-    if (select_by_sampled_rank(prm, row, h, keys, per_thread, nvb, kept, sm)) return;
+    if (select_wide_by_candidates(prm, row, h, keys, per_thread, nvb, kept, sm)) return;
   }
   uint64_t threshold = 0;  // keep every block with key >= threshold
   if (nvb > kept) {

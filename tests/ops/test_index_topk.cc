@@ -588,6 +588,65 @@ TEST(IndexTopk, WideTableWithLowSamplesSelectsExactly) {
   EXPECT_EQ(oracle::index_topk_row(b.oracle_in, 0, 0), want);
 }
 
+// The CUDA selection over row lengths around its switch points, top-k around the warp tops'
+// capacity (32 at 8 selecting warps) and scores in four orders. Narrow tables (at most 256
+// columns) count every visible block's rank. Wide ones (here 600 columns, 3 blocks per
+// selecting thread) rank a candidate set cut by a lower bound on the k-th key: the largest keys
+// of the warps that hold the row's blocks (warp_tops_threshold) when they can gather k of them
+// (at top-16: rows of more than 96 x 3 blocks), else samples; the radix descent when the
+// candidates overflow. Scores that rise, fall or stay equal along the row put a warp's largest
+// keys far apart, so the tops' bound lets most blocks through and the fallbacks run.
+TEST(IndexTopk, SelectionOverLengthsWidthsAndScoreOrders) {
+  MSA_REQUIRE_TEST_DEVICE();
+  enum class Order { kRandom, kRising, kFalling, kEqual };
+  for (Order order : {Order::kRandom, Order::kRising, Order::kFalling, Order::kEqual}) {
+    for (bool wide : {false, true}) {
+      BatchSpec s;
+      s.query_len = 1;
+      s.width = 34;  // every top-k below; the columns past it must read -1
+      s.seed = 30 + static_cast<uint64_t>(order);
+      s.seq_lens = wide ? std::vector<int64_t>{128 * 130, 128 * 300 + 1, 128 * 590}
+                        : std::vector<int64_t>{128 * 64,  128 * 64 + 1,  128 * 97,
+                                               128 * 128, 128 * 161 + 3, 128 * 254};
+      s.table_cols = wide ? 600 : 0;
+      Batch b = make_batch(s, test_device());
+      if (order != Order::kRandom) {
+        for (int64_t i = 0; i < b.index_q.numel(); ++i) b.index_q.set_flat(i, 0.5);
+        b.oracle_in.index_q.assign(b.oracle_in.index_q.size(), 0.5);
+        const int64_t page_elems = s.block_size * s.head_dim;
+        for (size_t r = 0; r < s.seq_lens.size(); ++r) {
+          for (int64_t blk = 0; blk < ceil_div(s.seq_lens[r], s.block_size); ++blk) {
+            // bf16 rounds some neighbours on the rising and falling ramps to equal scores, which
+            // then go to the lower id: exact either way.
+            const double v = order == Order::kRising    ? blk / 1024.0 - 0.5
+                             : order == Order::kFalling ? 0.5 - blk / 1024.0
+                                                        : 0.25;
+            const int64_t page = b.oracle_in.block_table[r * b.oracle_in.max_blocks + blk];
+            for (int64_t i = page * page_elems; i < (page + 1) * page_elems; ++i) {
+              b.index_cache.set_flat(i, v);
+              b.oracle_in.index_cache[i] = b.index_cache.get_flat(i);
+            }
+          }
+        }
+      }
+      for (int topk : {4, 16, 32, 33}) {
+        SCOPED_TRACE("order " + std::to_string(static_cast<int>(order)) + ", topk " +
+                     std::to_string(topk) + (wide ? ", wide table" : ", narrow table"));
+        b.spec.params.topk = topk;
+        b.oracle_in.topk = topk;
+        upload_all(b);
+        ASSERT_TRUE(run_batch(b, b.topk_out.view(), Stream()).ok());
+        b.topk_out.download();
+        b.flags.download();
+        EXPECT_EQ(b.flags.get_flat(0), 0.0);
+        expect_rows(b.oracle_in, b.topk_out, 0, b.rows, true, [&](int64_t h, int64_t t) {
+          return oracle::index_topk_row(b.oracle_in, t, h);
+        });
+      }
+    }
+  }
+}
+
 // The CUDA indexer selects a decode batch's top-k inside each request's cluster of score CTAs
 // when one cluster per request fits on the GPU at once, else in a select kernel
 // (core/launch_policy.h): on the H200, 200 requests of up to 16 blocks are 200 one-CTA

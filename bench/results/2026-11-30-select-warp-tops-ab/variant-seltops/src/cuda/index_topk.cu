@@ -1,0 +1,373 @@
+// CUDA backend of the indexer top-k ops (spec A2-A4, A8, A12).
+//
+// Work decomposition (two kernels, or one, grids from shapes only, so captured graphs replay as the
+// batch contents change):
+//   1. index_score_kernel, grid (row tiles, ceil(max_blocks / blocks_per_cta)). Decode is
+//      memory-bound on the index keys (97% of the decode bytes at 128K), so each key is read
+//      exactly once per call: a CTA owns one request's rows (decode: its query_len rows; prefill:
+//      a tile of up to 32 / H rows, split at request boundaries) and a chunk of blocks, streams
+//      the keys with 16-byte (bf16) / 8-byte (e4m3) loads, and dots each with every (row, head)
+//      query of the tile. blocks_per_cta (plan_index_launch in core/launch_policy.h) is the
+//      smallest that fits the grid in one wave of resident CTAs (the kernel's occupancy,
+//      queried at run time), so small batches spread the stream over the whole GPU without a
+//      partial second wave, and large ones stream in 32-block CTAs. A CTA loads its blocks' page
+//      ids once with the queries, and each warp keeps the next 16-key tile's loads in flight while
+//      it multiplies the current one. CTAs whose blocks no row can see exit at once. Block maxima
+//      go to a workspace buffer [H, T, max_blocks] fp32. Head dims that are a multiple of 64 (M3:
+//      128) use index_score_mma_kernel instead: the same decomposition, but the dot products run on
+//      tensor cores (mma.sync m16n8k16 -> fp32; queries and keys, bf16 or e4m3, are converted
+//      exactly to bf16, or to f16 when both are e4m3, so the products are the exact fp32 ones),
+//      which keeps the kernel memory-bound with e4m3 keys and query_len > 1 where the SIMT fp32
+//      FMAs + conversions were the limit. Other head dims use the SIMT index_score_kernel.
+//   2. index_select_kernel, grid (T, H): exact selection of the min(topk, nvb) best keys (tier,
+//      score, lower id) and an ascending front-packed write, -1 padded. Block tables of at most
+//      256 columns (contexts up to 32K at block 128) count each visible block's rank against the
+//      row's keys in shared memory; tables up to 4096 columns rank a candidate set cut by a
+//      sampled threshold (select_by_sampled_rank); the rest, and candidate sets that come out too
+//      large, find the K-th key by an 8-bit radix descent. On the H200 the rank count took the
+//      8K x 1 index call from 19.7 to 12.4 us and the sampled one 128K x 1 from 29.9 to 26.6 us
+//      (bench/results/2026-11-29-select-rank-ab/). It is a programmatic dependent launch: its
+//      CTAs start while the score kernel finishes (while it runs, after one-wave grids of short
+//      CTAs: plan.early_select), resolve their rows, and wait for the scores (griddepcontrol),
+//      so its launch and first loads are off the call's critical path (8K x 1: 11.5 -> 9.4 us).
+//   Decode calls with tables of at most 256 columns whose score CTAs of a request fit as one
+//   thread-block cluster, one cluster per request all resident at once (plan_index_launch;
+//   batch 4 at 8K on the H200), run index_score_mma_cluster_kernel alone instead: after a cluster
+//   barrier each CTA of a request's cluster ranks the blocks of some of its rows from the block
+//   maxima left in the cluster's shared memory (distributed shared memory), with the select
+//   kernel's keys and rank count, so the top-k bits are the same and no workspace is touched.
+// Both kernels resolve rows through the same RowMap, so padding rows and rows of requests with
+// bad metadata are -1 everywhere. The scorers accumulate in fp32 in a fixed order (SIMT: per
+// lane in dimension order, then a fixed xor butterfly over 8 lanes; MMA: fixed k-step order);
+// results are bitwise repeatable.
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "core/backends.h"
+#include "core/index_topk_problem.h"
+#include "core/launch_policy.h"
+#include "core/validate.h"
+#include "cuda/common.cuh"
+#include "cuda/index_topk_kernels.cuh"
+#include "msa/indexer.h"
+
+namespace msa {
+namespace cuda {
+namespace {
+
+// Both forms, with the row layout resolved (query_len > 0: decode; else prefill).
+using IndexProblem = detail::IndexTopkProblem;
+
+static_assert(detail::kIndexMaxBlocksPerCta == kMaxScoreBlocks,
+              "the launch policy and the score kernels agree on blocks per CTA");
+
+// Block maxima [H, T, max_blocks] fp32.
+size_t workspace_bytes(const IndexProblem& pb) {
+  return detail::align_up(static_cast<size_t>(pb.num_heads() * pb.num_rows() * pb.max_blocks()) *
+                          sizeof(float));
+}
+
+int rows_per_tile(const IndexProblem& pb) {
+  if (pb.query_len > 0) return pb.query_len;
+  return static_cast<int>(kMaxScoreRowHeads / pb.num_heads());
+}
+
+Status check_supported(const IndexProblem& pb) {
+  const int64_t di = pb.head_dim();
+  const int64_t bs = pb.index_cache.shape[1];
+  if (di % 8 != 0 || di > kMaxIndexDim) {
+    return detail::not_supported("index_q: head dim " + std::to_string(di) +
+                                 " unsupported by the CUDA indexer (multiple of 8, at most 256)");
+  }
+  if (bs % 16 != 0) {
+    return detail::not_supported("index_cache: block size " + std::to_string(bs) +
+                                 " unsupported by the CUDA indexer (multiple of 16)");
+  }
+  const int64_t esize = dtype_size(pb.index_cache.dtype);
+  const uintptr_t align = static_cast<uintptr_t>(8 * esize);
+  if (reinterpret_cast<uintptr_t>(pb.index_cache.data) % align != 0 ||
+      pb.index_cache.strides[0] % 8 != 0 || pb.index_cache.strides[1] % 8 != 0) {
+    return detail::not_supported(
+        "index_cache: the CUDA indexer loads 8 elements at a time and needs the data pointer "
+        "aligned to " +
+        std::to_string(align) + " bytes and page/key strides multiple of 8");
+  }
+  if (bs * pb.index_cache.strides[1] + di > 0x7FFFFFFF) {
+    return detail::not_supported(
+        "index_cache: block_size x key stride must stay below 2^31 elements for the CUDA indexer "
+        "(32-bit offsets within a page)");
+  }
+  if (pb.query_len > 0 && pb.query_len * pb.num_heads() > kMaxScoreRowHeads) {
+    return detail::not_supported(
+        "index_q: query_len * H_idx = " + std::to_string(pb.query_len * pb.num_heads()) +
+        " above the CUDA indexer's 32 query vectors per request");
+  }
+  if (pb.query_len == 0 && pb.num_heads() > kMaxScoreRowHeads) {
+    return detail::not_supported("index_q: " + std::to_string(pb.num_heads()) +
+                                 " index heads, the CUDA indexer supports at most 32");
+  }
+  if (pb.max_blocks() >= (int64_t{1} << 30)) {
+    return detail::not_supported("block_table: more than 2^30 block columns");
+  }
+  return Status::Ok();
+}
+
+using ScoreKernel = void (*)(IndexScoreParams);
+
+template <typename CacheT>
+ScoreKernel simt_score_kernel(int upl) {
+  switch (upl) {
+    case 1:
+      return index_score_kernel<CacheT, 1>;
+    case 2:
+      return index_score_kernel<CacheT, 2>;
+    case 3:
+      return index_score_kernel<CacheT, 3>;
+    default:
+      return index_score_kernel<CacheT, 4>;
+  }
+}
+
+using ClusterScoreKernel = void (*)(IndexScoreParams, IndexSelectParams);
+
+// One tensor-core scorer instance: kCluster selects the cluster-selecting decode variant.
+template <typename CacheT, int CH, bool kF16, bool kCluster, int kNTiles>
+auto mma_instance() {
+  if constexpr (kCluster) {
+    return index_score_mma_cluster_kernel<CacheT, CH, kF16, kNTiles>;
+  } else {
+    return index_score_mma_kernel<CacheT, CH, kF16, kNTiles>;
+  }
+}
+
+// Decode calls over e4m3 keys with at most 8 query vectors per request (query_len x H_idx) use
+// the scorer instance that holds one n-tile of queries: 10% faster at 128K x 64 on the H200, 2-6%
+// at batch 1-16 (bench/results/2026-11-30-index-query-tiles-pdl-ab/). With bf16 keys that
+// instance spills at the 128-register bound and was 1.7x slower (a two-tile one: within +-2%,
+// either way), so bf16 keeps the 4-tile one, as do prefill tiles and larger decode rows (up to
+// kMaxScoreRowHeads query vectors).
+bool one_query_tile(const IndexProblem& pb) {
+  return pb.index_cache.dtype == DType::kE4M3 && pb.query_len > 0 &&
+         pb.query_len * pb.num_heads() <= 8;
+}
+
+// The tensor-core scorer for head dim 64 x chunks (1..4).
+template <typename CacheT, bool kF16, bool kCluster, int kNTiles>
+auto mma_for_chunks(int64_t chunks) {
+  switch (chunks) {
+    case 1:
+      return mma_instance<CacheT, 1, kF16, kCluster, kNTiles>();
+    case 2:
+      return mma_instance<CacheT, 2, kF16, kCluster, kNTiles>();
+    case 3:
+      return mma_instance<CacheT, 3, kF16, kCluster, kNTiles>();
+    default:
+      return mma_instance<CacheT, 4, kF16, kCluster, kNTiles>();
+  }
+}
+
+template <typename CacheT, bool kF16, bool kCluster>
+auto mma_for_problem(const IndexProblem& pb) {
+  const int64_t chunks = pb.head_dim() / 64;
+  if constexpr (std::is_same_v<CacheT, uint8_t>) {
+    if (one_query_tile(pb)) return mma_for_chunks<CacheT, kF16, kCluster, 1>(chunks);
+  }
+  return mma_for_chunks<CacheT, kF16, kCluster, kMaxScoreRowHeads / 8>(chunks);
+}
+
+// The tensor-core scorer of a problem (head dim a multiple of 64). Both operands e4m3 are
+// multiplied as f16, which converts from e4m3 in one instruction per pair.
+template <bool kCluster>
+auto mma_kernel(const IndexProblem& pb) {
+  if (pb.index_cache.dtype == DType::kBF16) {
+    return mma_for_problem<__nv_bfloat16, false, kCluster>(pb);
+  }
+  return pb.index_q.dtype == DType::kE4M3 ? mma_for_problem<uint8_t, true, kCluster>(pb)
+                                          : mma_for_problem<uint8_t, false, kCluster>(pb);
+}
+
+ClusterScoreKernel cluster_score_kernel(const IndexProblem& pb) { return mma_kernel<true>(pb); }
+
+// The score kernel of a problem: tensor cores for head dims multiple of 64, SIMT otherwise.
+ScoreKernel score_kernel(const IndexProblem& pb) {
+  if (pb.head_dim() % 64 == 0) return mma_kernel<false>(pb);
+  const int upl = static_cast<int>((pb.head_dim() / 8 + 7) / 8);
+  return pb.index_cache.dtype == DType::kBF16 ? simt_score_kernel<__nv_bfloat16>(upl)
+                                              : simt_score_kernel<uint8_t>(upl);
+}
+
+// CTAs of `kernel` (kScoreThreads threads, static shared memory only) resident on one SM.
+int resident_ctas_per_sm(ScoreKernel kernel) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kScoreThreads, 0) != cudaSuccess ||
+      n < 1) {
+    (void)cudaGetLastError();  // the launch reports a real problem; plan for one CTA per SM
+    n = 1;
+  }
+  return n;
+}
+
+// How many clusters of `kernel` of each size up to kIndexMaxClusterSize can be resident at once
+// (all sizes: a call's cluster size is its chunk count), up to the first size the device cannot
+// run (above the portable 8 only where the kernel accepts the non-portable attribute).
+detail::IndexClusterLimits query_cluster_limits(ClusterScoreKernel kernel) {
+  detail::IndexClusterLimits limits;
+  for (int size = 1; size <= detail::kIndexMaxClusterSize; ++size) {
+    const int resident =
+        resident_clusters(kernel, dim3(kScoreThreads), dim3(1, static_cast<unsigned>(size), 1));
+    if (resident < 1) break;
+    limits.max_size = size;
+    limits.resident[size] = resident;
+  }
+  return limits;
+}
+
+// What the launch policy needs of a problem's score kernel on the current device.
+struct ScoreLaunchInfo {
+  int ctas_per_sm = 1;                  // resident_ctas_per_sm
+  detail::IndexClusterLimits clusters;  // of the cluster-selecting variant; none for SIMT
+};
+
+ScoreLaunchInfo query_launch_info(const IndexProblem& pb) {
+  ScoreLaunchInfo info;
+  info.ctas_per_sm = resident_ctas_per_sm(score_kernel(pb));
+  if (pb.head_dim() % 64 == 0) info.clusters = query_cluster_limits(cluster_score_kernel(pb));
+  return info;
+}
+
+// query_launch_info, cached per device and kernel variant: it depends only on the kernel's
+// resources and the device (its SMs and GPCs), and the queries cost host time on every call.
+ScoreLaunchInfo launch_info(const IndexProblem& pb) {
+  // MMA: (bf16, e4m3, e4m3 x e4m3 queries) x head dim 64..256 x (1, 4 query n-tiles; 1 is
+  // used with e4m3 keys only); SIMT: (bf16, e4m3) x 1..4 units.
+  static PerDeviceCache<ScoreLaunchInfo, 24 + 8> cache;
+  const bool bf16 = pb.index_cache.dtype == DType::kBF16;
+  int variant = 0;
+  if (pb.head_dim() % 64 == 0) {
+    const int dtype = bf16 ? 0 : pb.index_q.dtype == DType::kE4M3 ? 2 : 1;
+    variant = (one_query_tile(pb) ? 12 : 0) + dtype * 4 + static_cast<int>(pb.head_dim() / 64) - 1;
+  } else {
+    variant = 24 + (bf16 ? 0 : 4) + static_cast<int>((pb.head_dim() / 8 + 7) / 8) - 1;
+  }
+  return cache.get(variant, [&] { return query_launch_info(pb); });
+}
+
+Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
+  MSA_RETURN_IF_ERROR(check_supported(pb));
+  MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, workspace_bytes(pb)));
+  const int64_t T = pb.num_rows();
+  if (T == 0) return Status::Ok();
+  if (T > 0x7FFFFFFF || pb.num_heads() > 65535) {
+    return detail::not_supported("index_topk: too many rows or heads for one CUDA grid");
+  }
+  const auto cuda_stream = static_cast<cudaStream_t>(stream.cuda_stream);
+
+  RowMap rows;
+  rows.seq_lens = pb.seq_lens.ptr<const int32_t>();
+  rows.seq_lens_stride = pb.seq_lens.strides[0];
+  if (pb.query_len == 0) {
+    rows.cu_seqlens_q = pb.cu_seqlens_q.ptr<const int32_t>();
+    rows.cu_stride = pb.cu_seqlens_q.strides[0];
+  }
+  rows.num_requests = static_cast<int32_t>(pb.seq_lens.shape[0]);
+  rows.query_len = pb.query_len > 0 ? pb.query_len : 1;
+  rows.num_rows = T;
+  rows.max_blocks = pb.max_blocks();
+  rows.block_size = static_cast<int32_t>(pb.index_cache.shape[1]);
+  int32_t* flags = pb.error_flags.defined() ? pb.error_flags.ptr<int32_t>() : nullptr;
+  auto* scores = static_cast<float*>(workspace.data);
+
+  IndexSelectParams sel;
+  sel.scores = scores;
+  sel.rows = rows;
+  sel.topk = pb.params.topk;
+  sel.init_blocks = pb.params.init_blocks;
+  sel.local_blocks = pb.params.local_blocks;
+  sel.out = pb.topk_out.ptr<int32_t>();
+  sel.out_stride_head = pb.topk_out.strides[0];
+  sel.out_stride_row = pb.topk_out.strides[1];
+  sel.out_stride_col = pb.topk_out.strides[2];
+  sel.out_cols = pb.topk_out.shape[2];
+
+  const int rpt = rows_per_tile(pb);
+  const int64_t row_tiles = pb.query_len > 0 ? rows.num_requests : (T + rpt - 1) / rpt;
+  const ScoreKernel kernel = score_kernel(pb);
+  const ScoreLaunchInfo info = launch_info(pb);
+  const detail::IndexLaunchPlan plan =
+      detail::plan_index_launch(row_tiles, pb.max_blocks(), device_sm_count(), info.ctas_per_sm,
+                                pb.query_len > 0, info.clusters);
+  if (plan.chunks > 0) {
+    if (row_tiles > 0x7FFFFFFF || plan.chunks > 65535) {
+      return detail::not_supported("index_topk: batch too large for one CUDA grid (" +
+                                   std::to_string(row_tiles) + " row tiles x " +
+                                   std::to_string(plan.chunks) + " block chunks)");
+    }
+    IndexScoreParams prm;
+    prm.index_q = pb.index_q.data;
+    prm.q_dtype = pb.index_q.dtype;
+    prm.q_stride_row = pb.index_q.strides[0];
+    prm.q_stride_head = pb.index_q.strides[1];
+    prm.q_stride_dim = pb.index_q.strides[2];
+    prm.cache = pb.index_cache.data;
+    prm.cache_stride_page = pb.index_cache.strides[0];
+    prm.cache_stride_key = pb.index_cache.strides[1];
+    prm.num_cache_blocks = pb.index_cache.shape[0];
+    prm.block_table = pb.block_table.ptr<const int32_t>();
+    prm.bt_stride_req = pb.block_table.strides[0];
+    prm.bt_stride_block = pb.block_table.strides[1];
+    prm.rows = rows;
+    prm.num_heads = static_cast<int32_t>(pb.num_heads());
+    prm.head_dim = static_cast<int32_t>(pb.head_dim());
+    prm.rows_per_tile = rpt;
+    prm.blocks_per_cta = plan.blocks_per_cta;
+    prm.scores = scores;
+    prm.error_flags = flags;
+    prm.early_select = plan.early_select;
+    const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(plan.chunks));
+    const char* name = pb.head_dim() % 64 == 0 ? "index_score_mma_kernel" : "index_score_kernel";
+    if (plan.cluster_select) {
+      return launch_kernel_clustered("index_score_mma_cluster_kernel", cluster_score_kernel(pb),
+                                     grid, dim3(kScoreThreads), 0, cuda_stream, dim3(1, grid.y, 1),
+                                     prm, sel);
+    }
+    MSA_RETURN_IF_ERROR(
+        launch_kernel(name, kernel, grid, dim3(kScoreThreads), 0, cuda_stream, prm));
+  }
+  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.num_heads()));
+  if (plan.chunks == 0) {
+    // Nothing to score: the select kernel follows whatever the stream ran before, which may
+    // have written this call's inputs, so it is launched in stream order.
+    return launch_kernel("index_select_kernel", index_select_kernel, grid, dim3(kSelectThreads), 0,
+                         cuda_stream, sel);
+  }
+  // A dependent launch: the select CTAs start while the score kernel finishes (early_select:
+  // while it runs), resolve their rows (reading only this call's inputs, which the stream
+  // finished writing before the score kernel started), and wait for its scores
+  // (wait_for_prior_grid).
+  return launch_kernel_dependent("index_select_kernel", index_select_kernel, grid,
+                                 dim3(kSelectThreads), 0, cuda_stream, sel);
+}
+
+}  // namespace
+
+Status workspace_size(const IndexTopkDecodeArgs& args, size_t* bytes) {
+  *bytes = workspace_bytes(detail::index_topk_problem(args));
+  return Status::Ok();
+}
+
+Status run(const IndexTopkDecodeArgs& args, Workspace workspace, Stream stream) {
+  return run_problem(detail::index_topk_problem(args), workspace, stream);
+}
+
+Status workspace_size(const IndexTopkPrefillArgs& args, size_t* bytes) {
+  *bytes = workspace_bytes(detail::index_topk_problem(args));
+  return Status::Ok();
+}
+
+Status run(const IndexTopkPrefillArgs& args, Workspace workspace, Stream stream) {
+  return run_problem(detail::index_topk_problem(args), workspace, stream);
+}
+
+}  // namespace cuda
+}  // namespace msa

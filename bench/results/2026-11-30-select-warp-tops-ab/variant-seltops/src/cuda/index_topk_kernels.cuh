@@ -1,0 +1,1036 @@
+// Device code of the indexer (spec A2-A4, A12): streaming block-score kernels (SIMT, and a
+// tensor-core one for head dims multiple of 64) and a
+// deterministic radix top-k selection kernel. Launchers and the work decomposition rationale
+// are in index_topk.cu.
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common.cuh"
+#include "cuda/row_map.cuh"
+
+namespace msa {
+namespace cuda {
+
+constexpr int kScoreThreads = 256;
+constexpr int kScoreWarps = kScoreThreads / 32;
+constexpr int kMaxScoreRowHeads = 32;  // (row, head) query vectors held by one score CTA
+constexpr int kMaxScoreBlocks = 32;    // blocks per score CTA
+constexpr int kMaxIndexDim = 256;
+constexpr int kSelectThreads = 256;
+
+struct IndexSelectParams {
+  const float* scores;  // [H, T, max_blocks]
+  RowMap rows;
+  int32_t topk, init_blocks, local_blocks;
+  int32_t* out;  // [H, >= T, out_cols]
+  int64_t out_stride_head, out_stride_row, out_stride_col;
+  int64_t out_cols;
+};
+
+struct IndexScoreParams {
+  const void* index_q;  // [T, H, Di]
+  DType q_dtype;
+  int64_t q_stride_row, q_stride_head, q_stride_dim;
+  const void* cache;  // [num_blocks, block_size, Di], 16-byte (bf16) / 8-byte (e4m3) aligned keys
+  int64_t cache_stride_page, cache_stride_key;
+  int64_t num_cache_blocks;
+  const int32_t* block_table;  // [num_requests, max_blocks]
+  int64_t bt_stride_req, bt_stride_block;
+  RowMap rows;
+  int32_t num_heads;
+  int32_t head_dim;
+  int32_t rows_per_tile;   // rows per CTA (decode: the query length, so a CTA is one request)
+  int32_t blocks_per_cta;  // <= kMaxScoreBlocks
+  float* scores;           // [H, T, max_blocks] block maxima; only visible blocks are written
+  int32_t* error_flags;
+  // The select kernel (a dependent launch) may start once every score CTA has started, rather
+  // than once each has scored its blocks (IndexLaunchPlan::early_select).
+  bool early_select;
+};
+
+// Total order of spec A3 as one 64-bit key: tier (init 2 > local 1 > scored 0) in bits 62-63,
+// the ordered score in bits 30-61 (forced tiers use 0, so they tie), and 0x3FFFFFFF - block in
+// bits 0-29 so that equal scores go to the lower block id. Keys are distinct per block.
+// s is block b's score; the tiers depend on the row's visible block count nvb.
+__device__ __forceinline__ uint64_t selection_key(float s, int64_t b, int64_t nvb,
+                                                  int32_t init_blocks, int32_t local_blocks) {
+  const uint64_t id_bits = 0x3FFFFFFFull - static_cast<uint64_t>(b);
+  if (b < init_blocks) return (2ull << 62) | id_bits;
+  if (b >= nvb - local_blocks) return (1ull << 62) | id_bits;
+  if (isnan(s)) s = -1e30f;
+  if (s == 0.0f) s = 0.0f;  // -0 ties with +0
+  return (static_cast<uint64_t>(ordered_f32(s)) << 30) | id_bits;
+}
+
+// Keys a selecting thread keeps in registers: block tables of up to 256 x 16 = 4096 columns
+// (512K tokens at block 128) are selected from registers; wider ones re-read the row's scores
+// at every pass.
+constexpr int kSelectKeysPerThread = 16;
+
+struct SelectSmem {
+  union {
+    // Radix path: pass p counts into hist[p & 1] while hist[(p + 1) & 1] is cleared.
+    alignas(16) uint32_t hist[2][256];
+    // Rank path: the key of block b (0: not visible); candidate paths: the candidate keys.
+    alignas(16) uint64_t keys[kSelectThreads];
+  };
+  // Warp tops (warp_tops_threshold): top t of warp w at t * warps + w.
+  uint64_t tops[32];
+  int32_t warp_sums[kSelectThreads / 32];
+  uint32_t digit, remaining, done;
+  uint64_t threshold;
+};
+
+constexpr int kSelectWarps = kSelectThreads / 32;
+// Largest keys per warp that warp_tops_threshold gathers (its tops fill one warp's lanes).
+constexpr int kMaxWarpTops = 32 / kSelectWarps;
+
+// Exclusive prefix sum of v over the CTA's threads in thread order, and the CTA total (a warp
+// scan plus the per-warp totals, one CTA barrier; warp_sums stays in use until the caller's next
+// barrier).
+__device__ __forceinline__ int32_t exclusive_sum(int32_t v, SelectSmem& sm, int32_t* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int32_t incl = v;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const int32_t u = __shfl_up_sync(0xFFFFFFFFu, incl, off);
+    if (lane >= off) incl += u;
+  }
+  if (lane == 31) sm.warp_sums[warp] = incl;
+  __syncthreads();
+  int32_t offset = incl - v, sum = 0;
+  for (int w = 0; w < kSelectWarps; ++w) {
+    const int32_t ws = sm.warp_sums[w];
+    if (w < warp) offset += ws;
+    sum += ws;
+  }
+  *total = sum;
+  return offset;
+}
+
+// The largest of keys[] below `bound` (0: none; absent keys are 0).
+template <int P>
+__device__ __forceinline__ uint64_t largest_below(const uint64_t (&keys)[P], uint64_t bound) {
+  uint64_t best = 0;
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    if (keys[i] < bound && keys[i] > best) best = keys[i];
+  }
+  return best;
+}
+
+// Warps that warp_tops_threshold needs for `kept` keys: the tops of the first `warps` warps
+// (those whose threads can hold keys) must number at least kept, at most kMaxWarpTops each.
+__device__ __forceinline__ bool warp_tops_fit(int64_t kept, int64_t warps) {
+  return warps >= 1 && warps <= kSelectWarps && kept <= warps * kMaxWarpTops;
+}
+
+// A lower bound on the kept-th largest key of a row whose keys (0: absent) are spread over the
+// threads of the first `warps` warps, keys[] per thread (requires warp_tops_fit): each of those
+// warps gathers its m = ceil(kept / warps) largest keys by m warp max-reductions, and the kept-th
+// largest of these distinct keys has at least kept keys at or above it (0, no bound, when they
+// are fewer than kept). For unordered scores few keys beyond the kept ones reach it (about 30 of
+// 256 at top-16); the candidate rank then replaces a rank count over every key, whose serial
+// chain of nvb shared-memory reads was most of the select kernel's time at 32K-128K contexts.
+// One CTA barrier; every thread returns the same value.
+template <int P>
+__device__ uint64_t warp_tops_threshold(const uint64_t (&keys)[P], int64_t kept, int warps,
+                                        SelectSmem& sm) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int m = static_cast<int>((kept + warps - 1) / warps);
+  if (warp < warps) {
+    uint64_t cur = largest_below(keys, ~0ull);
+    for (int t = 0; t < m; ++t) {
+      uint64_t top = cur;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        const uint64_t other = __shfl_xor_sync(0xFFFFFFFFu, top, off);
+        top = other > top ? other : top;
+      }
+      if (lane == 0) sm.tops[t * warps + warp] = top;
+      if (top != 0 && cur == top) cur = largest_below(keys, top);  // keys are distinct
+    }
+  }
+  __syncthreads();
+  const int n = warps * m;  // <= 32
+  const uint64_t v = lane < n ? sm.tops[lane] : 0;
+  // All 32 slots are read at once (a read behind a branch or a loop bound would wait for the one
+  // before it); slots past n, from an earlier row or unset, are masked.
+  uint64_t tops[32];
+#pragma unroll
+  for (int u = 0; u < 32; ++u) tops[u] = sm.tops[u];
+  int above = 0;
+#pragma unroll
+  for (int u = 0; u < 32; ++u) above += (u < n && tops[u] > v) ? 1 : 0;
+  const uint32_t hit = __ballot_sync(0xFFFFFFFFu, v != 0 && above == kept - 1);
+  return hit != 0 ? __shfl_sync(0xFFFFFFFFu, v, __ffs(hit) - 1) : 0;
+}
+
+// Selects the row's kept blocks among its keys >= lower (a bound that at least kept keys reach):
+// they are packed into shared memory in block order (keys[] of a thread are consecutive blocks,
+// threads in block order), each ranked among the others, and the kept ones written ascending
+// with -1 padding. Returns false, having written nothing, when more than kSelectThreads keys
+// reach the bound; the caller then selects another way.
+template <int P>
+__device__ bool select_candidates(const IndexSelectParams& prm, int64_t row, int64_t h,
+                                  const uint64_t (&keys)[P], int64_t kept, uint64_t lower,
+                                  SelectSmem& sm) {
+  const int tid = threadIdx.x;
+  int32_t count = 0;
+#pragma unroll
+  for (int i = 0; i < P; ++i) count += (keys[i] != 0 && keys[i] >= lower) ? 1 : 0;
+  int32_t candidates = 0;
+  int32_t slot = exclusive_sum(count, sm, &candidates);
+  if (candidates > kSelectThreads) {
+    __syncthreads();  // warp_sums
+    return false;
+  }
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    if (keys[i] != 0 && keys[i] >= lower) sm.keys[slot++] = keys[i];
+  }
+  __syncthreads();
+  const uint64_t key = tid < candidates ? sm.keys[tid] : 0;
+  bool keep = false;
+  if ((tid & ~31) < candidates) {  // warp-uniform
+    // A 64-bit count: with it the compiler issues the loop's shared-memory reads 16 keys at a
+    // time; with a 32-bit one it waited for each read in turn.
+    int64_t above = 0;
+    for (int64_t u = 0; u < candidates; ++u) above += sm.keys[u] > key ? 1 : 0;
+    keep = tid < candidates && above < kept;
+  }
+  int32_t total = 0;
+  const int32_t offset = exclusive_sum(keep ? 1 : 0, sm, &total);
+  int32_t* out = prm.out + h * prm.out_stride_head + row * prm.out_stride_row;
+  if (keep) {
+    out[offset * prm.out_stride_col] = static_cast<int32_t>(0x3FFFFFFFull - (key & 0x3FFFFFFFull));
+  }
+  for (int64_t c = kept + tid; c < prm.out_cols; c += kSelectThreads) {
+    out[c * prm.out_stride_col] = -1;
+  }
+  __syncthreads();  // keys and warp_sums are reused by the caller's next row
+  return true;
+}
+
+// The kept blocks of one (row, head) among its nvb <= kSelectThreads visible blocks, by all
+// kSelectThreads threads of the calling CTA: thread b passes block b's score (ignored for b >=
+// nvb). When the warps holding visible blocks can gather enough tops (warp_tops_fit: at top-16,
+// rows of more than 64 blocks), the blocks are selected among the keys that reach the tops'
+// bound (select_candidates). Otherwise a block is kept when fewer than `kept` keys exceed it
+// (keys are distinct, so exactly min(topk, nvb) are): a rank count against the keys in shared
+// memory, one pass of nvb broadcast reads per warp that holds a visible block and two CTA
+// barriers, where the radix descent needs two barriers per 8-bit digit it resolves. Same total
+// order, same output.
+__device__ void write_row_topk_by_rank(const IndexSelectParams& prm, int64_t row, int64_t h,
+                                       float raw, int64_t nvb, SelectSmem& sm) {
+  const int tid = threadIdx.x;
+  const int64_t kept = min(static_cast<int64_t>(prm.topk), nvb);
+  const bool visible = tid < nvb;
+  const uint64_t key =
+      visible ? selection_key(raw, tid, nvb, prm.init_blocks, prm.local_blocks) : 0;
+  const int warps = static_cast<int>((nvb + 31) / 32);
+  if (nvb > kept && warp_tops_fit(kept, warps)) {
+    const uint64_t keys[1] = {key};
+    // At most one key per thread: never more candidates than threads.
+    select_candidates(prm, row, h, keys, kept, warp_tops_threshold(keys, kept, warps, sm), sm);
+    return;
+  }
+  bool keep = visible;
+  if (nvb > kept) {
+    sm.keys[tid] = key;
+    __syncthreads();
+    if ((tid & ~31) < nvb) {  // warp-uniform: warps without a visible block skip the count
+      int64_t above = 0;
+      for (int64_t u = 0; u < nvb; ++u) above += sm.keys[u] > key ? 1 : 0;
+      keep = visible && above < kept;
+    }
+  }
+  int32_t total = 0;
+  const int32_t offset = exclusive_sum(keep ? 1 : 0, sm, &total);
+  int32_t* out = prm.out + h * prm.out_stride_head + row * prm.out_stride_row;
+  if (keep) out[offset * prm.out_stride_col] = tid;
+  for (int64_t c = kept + tid; c < prm.out_cols; c += kSelectThreads) {
+    out[c * prm.out_stride_col] = -1;
+  }
+  __syncthreads();  // keys and warp_sums are reused by the caller's next row
+}
+
+// Visible blocks of a row at position pos (0 for padding rows and rows of invalid requests).
+__device__ __forceinline__ int64_t visible_blocks(const RowInfo& info, int64_t pos,
+                                                  int64_t block_size) {
+  return (info.req >= 0 && pos >= 0) ? pos / block_size + 1 : 0;
+}
+
+// select_row_topk for block tables of at most kSelectThreads columns, from the score workspace.
+__device__ void select_row_topk_by_rank(const IndexSelectParams& prm, int64_t row, int64_t h,
+                                        SelectSmem& sm) {
+  const int64_t T = prm.rows.num_rows;
+  const int64_t max_blocks = prm.rows.max_blocks;
+  // Loaded before the row's length is known (column clamped into the row; none when the table
+  // has no columns).
+  const int tid = threadIdx.x;
+  const int64_t col = min(static_cast<int64_t>(tid), max_blocks - 1);
+  const RowInfo info = resolve_row(prm.rows, row, nullptr);
+  wait_for_prior_grid();  // the scores come from the score kernel
+  const float raw = col >= 0 ? __ldcg(prm.scores + (h * T + row) * max_blocks + col) : 0.0f;
+  write_row_topk_by_rank(prm, row, h, raw,
+                         visible_blocks(info, info.pos_base + row, prm.rows.block_size), sm);
+}
+
+// Wide tables (more than kSelectThreads columns, keys in registers; requires nvb > kept): a
+// lower bound on the kept-th largest key, then the rank count on the candidate set of keys that
+// reach it (select_candidates). The bound comes first from the warps' tops (warp_tops_threshold)
+// when they can gather enough; when that is not possible, or lets more than kSelectThreads keys
+// through (scores that grow with the block id: the low warps' tops are low), from samples: the
+// first key of every thread's range, whose kept-th largest bounds the row's kept-th largest key
+// from below (about kept x keys-per-thread candidates for unordered scores). Returns false,
+// having written nothing, when that too lets more than kSelectThreads keys through; the caller
+// then runs the radix descent.
+template <int P>
+__device__ bool select_wide_by_candidates(const IndexSelectParams& prm, int64_t row, int64_t h,
+                                          const uint64_t (&keys)[P], int64_t per_thread,
+                                          int64_t nvb, int64_t kept, SelectSmem& sm) {
+  const int tid = threadIdx.x;
+  const int64_t nsamples =
+      min(static_cast<int64_t>(kSelectThreads), (nvb + per_thread - 1) / per_thread);
+  const int warps = static_cast<int>((nsamples + 31) / 32);
+  if (warp_tops_fit(kept, warps) &&
+      select_candidates(prm, row, h, keys, kept, warp_tops_threshold(keys, kept, warps, sm), sm)) {
+    return true;
+  }
+  const uint64_t sample = keys[0];  // 0 when this thread's range holds no visible block
+  sm.keys[tid] = sample;
+  if (tid == 0) sm.threshold = 0;  // fewer samples than kept blocks: every key is a candidate
+  __syncthreads();
+  if (nsamples >= kept && (tid & ~31) < nsamples) {  // warp-uniform
+    int64_t above = 0;
+    for (int64_t u = 0; u < nsamples; ++u) above += sm.keys[u] > sample ? 1 : 0;
+    if (sample != 0 && above == kept - 1) sm.threshold = sample;
+  }
+  __syncthreads();
+  // select_candidates rewrites keys only after a barrier, when every thread has read this.
+  return select_candidates(prm, row, h, keys, kept, sm.threshold, sm);
+}
+
+// The kept blocks of one (row, head), written in ascending id order with -1 padding, by all
+// kSelectThreads threads of the calling CTA (narrow tables: select_row_topk_by_rank). The K-th
+// largest key is found exactly by an 8-bit radix descent (integer histogram counts are
+// order-independent, hence deterministic); the kept blocks are then written by a block-wide
+// exclusive scan over contiguous per-thread ranges. Every column of the output row is written.
+//
+// Thread ranges cut the block-table capacity, not the row's visible blocks, so the score loads
+// (read once, into registers, bypassing L1) do not wait for the row's sequence length: both are
+// one round trip. Scores past the visible blocks are loaded and ignored (the workspace holds
+// max_blocks per row). A radix pass costs two CTA barriers.
+__device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64_t h,
+                                SelectSmem& sm) {
+  if (prm.rows.max_blocks <= kSelectThreads) {
+    select_row_topk_by_rank(prm, row, h, sm);
+    return;
+  }
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t T = prm.rows.num_rows;
+  const int64_t max_blocks = prm.rows.max_blocks;
+  const float* scores = prm.scores + (h * T + row) * max_blocks;
+  const int64_t per_thread = (max_blocks + kSelectThreads - 1) / kSelectThreads;
+  const int64_t begin = min(max_blocks, tid * per_thread);
+  const bool cached = per_thread <= kSelectKeysPerThread;
+  const RowInfo info = resolve_row(prm.rows, row, nullptr);
+  wait_for_prior_grid();  // the scores come from the score kernel
+  // Unconditional loads (index clamped into the row), used only after all are issued.
+  float raw[kSelectKeysPerThread];
+  if (cached && max_blocks > 0) {
+#pragma unroll
+    for (int i = 0; i < kSelectKeysPerThread; ++i) {
+      raw[i] = __ldcg(scores + min(begin + i, max_blocks - 1));
+    }
+  }
+
+  const int64_t nvb = visible_blocks(info, info.pos_base + row, prm.rows.block_size);
+  const int64_t kept = min(static_cast<int64_t>(prm.topk), nvb);
+  const int64_t end = min(nvb, begin + per_thread);
+  uint64_t keys[kSelectKeysPerThread];
+  if (cached) {
+#pragma unroll
+    for (int i = 0; i < kSelectKeysPerThread; ++i) {
+      const int64_t b = begin + i;
+      keys[i] = b < end ? selection_key(raw[i], b, nvb, prm.init_blocks, prm.local_blocks) : 0;
+    }
+  }
+  // f(block, key) over this thread's range, from registers when they hold it.
+  auto for_each_key = [&](auto&& f) {
+    if (cached) {
+#pragma unroll
+      for (int i = 0; i < kSelectKeysPerThread; ++i) {
+        if (begin + i < end) f(begin + i, keys[i]);
+      }
+    } else {
+      for (int64_t b = begin; b < end; ++b) {
+        f(b, selection_key(__ldcg(scores + b), b, nvb, prm.init_blocks, prm.local_blocks));
+      }
+    }
+  };
+
+  if (cached && nvb > kept) {
+    if (select_wide_by_candidates(prm, row, h, keys, per_thread, nvb, kept, sm)) return;
+  }
+  uint64_t threshold = 0;  // keep every block with key >= threshold
+  if (nvb > kept) {
+    uint64_t prefix = 0, mask = 0;
+    uint32_t remaining = static_cast<uint32_t>(kept);
+    // Cleared here, not earlier: the sampled pass shares this memory (keys) and ends with a
+    // barrier.
+    sm.hist[0][tid] = 0;
+    __syncthreads();  // hist[0] is clear
+    for (int shift = 56, buf = 0; shift >= 0; shift -= 8, buf ^= 1) {
+      uint32_t* hist = sm.hist[buf];
+      for_each_key([&](int64_t, uint64_t key) {
+        if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], 1u);
+      });
+      __syncthreads();
+      if (warp == 0) {
+        // Lane l owns bins 255-8l down to 248-8l (two 16-byte reads), so lane order is
+        // descending digit order.
+        const uint4 lo = *reinterpret_cast<const uint4*>(hist + 248 - 8 * lane);
+        const uint4 hi = *reinterpret_cast<const uint4*>(hist + 252 - 8 * lane);
+        const uint32_t c[8] = {hi.w, hi.z, hi.y, hi.x, lo.w, lo.z, lo.y, lo.x};
+        uint32_t sum = 0;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sum += c[e];
+        uint32_t incl = sum;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+          const uint32_t v = __shfl_up_sync(0xFFFFFFFFu, incl, off);
+          if (lane >= off) incl += v;
+        }
+        uint32_t above = incl - sum;
+        if (above < remaining && remaining <= incl) {
+          for (int e = 0; e < 8; ++e) {
+            if (above + c[e] >= remaining) {
+              sm.digit = 255 - 8 * lane - e;
+              sm.remaining = remaining - above;
+              sm.done = (c[e] == remaining - above) ? 1u : 0u;
+              break;
+            }
+            above += c[e];
+          }
+        }
+      } else {
+        sm.hist[buf ^ 1][tid - 32] = 0;
+        if (tid < 64) sm.hist[buf ^ 1][tid + 192] = 0;
+      }
+      __syncthreads();
+      prefix |= static_cast<uint64_t>(sm.digit) << shift;
+      mask |= 0xFFull << shift;
+      remaining = sm.remaining;
+      if (sm.done) break;
+    }
+    threshold = prefix;
+  }
+
+  int32_t count = 0;
+  for_each_key([&](int64_t, uint64_t key) { count += key >= threshold; });
+  int32_t total = 0;
+  int64_t offset = exclusive_sum(count, sm, &total);
+
+  int32_t* out = prm.out + h * prm.out_stride_head + row * prm.out_stride_row;
+  for_each_key([&](int64_t b, uint64_t key) {
+    if (key >= threshold) out[offset++ * prm.out_stride_col] = static_cast<int32_t>(b);
+  });
+  for (int64_t c = kept + tid; c < prm.out_cols; c += kSelectThreads) {
+    out[c * prm.out_stride_col] = -1;
+  }
+  __syncthreads();  // warp_sums and hist are reused by the caller's next row
+}
+
+// One CTA per (row, head).
+__global__ void __launch_bounds__(kSelectThreads) index_select_kernel(const IndexSelectParams prm) {
+  __shared__ SelectSmem sm;
+  select_row_topk(prm, blockIdx.x, blockIdx.y, sm);
+}
+
+// 8 consecutive key elements -> floats. bf16 keys come as one 16-byte load, e4m3 as 8 bytes.
+__device__ __forceinline__ void key8_to_float(uint4 raw, float* f) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+  }
+}
+
+__device__ __forceinline__ void key8_to_float(uint2 raw, float* f) {
+  const uint32_t w[2] = {raw.x, raw.y};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>(w[i] >> (16 * j)), __NV_E4M3);
+      const float2 v = __half22float2(__half2(h));
+      f[4 * i + 2 * j] = v.x;
+      f[4 * i + 2 * j + 1] = v.y;
+    }
+  }
+}
+
+template <typename CacheT>
+struct IndexKeyLoad;
+template <>
+struct IndexKeyLoad<__nv_bfloat16> {
+  using Raw = uint4;
+};
+template <>
+struct IndexKeyLoad<uint8_t> {
+  using Raw = uint2;
+};
+
+// One CTA scores up to kMaxScoreBlocks consecutive blocks (blockIdx.y) for one tile of rows
+// (blockIdx.x). Every index key is loaded once and dotted with all (row, head) query vectors of
+// the tile, which sit in shared memory as floats. A warp handles 16-key tiles (4 lane groups x
+// KPI keys); each key is split over the 8 lanes of its group in 8-element units, reduced with a
+// fixed xor butterfly, so the fp32 result is the same on every run. Block maxima are exact, so
+// the shared-memory integer atomicMax over ordered floats is deterministic.
+template <typename CacheT, int UPL>
+__global__ void __launch_bounds__(kScoreThreads, 2) index_score_kernel(const IndexScoreParams prm) {
+  if (prm.early_select) allow_dependent_launch();
+  using Raw = typename IndexKeyLoad<CacheT>::Raw;
+  constexpr int KPI = UPL <= 2 ? 4 : 2;  // keys per lane group per tile (registers: KPI*UPL*8)
+  constexpr int kTileKeys = 4 * KPI;     // divides 16, hence every block size
+  __shared__ __align__(16) float q_s[kMaxScoreRowHeads * kMaxIndexDim];
+  __shared__ uint32_t block_max[kMaxScoreBlocks * kMaxScoreRowHeads];
+  __shared__ int32_t s_page[kMaxScoreBlocks];
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int sub = lane & 7, grp = lane >> 3;
+  const int H = prm.num_heads, Di = prm.head_dim, units = Di / 8;
+  const int64_t bs = prm.rows.block_size;
+  const int64_t T = prm.rows.num_rows;
+  const int64_t max_blocks = prm.rows.max_blocks;
+  const int64_t tile_start = static_cast<int64_t>(blockIdx.x) * prm.rows_per_tile;
+  const int64_t tile_end = min(T, tile_start + prm.rows_per_tile);
+  const int64_t b0 = static_cast<int64_t>(blockIdx.y) * prm.blocks_per_cta;
+  const int tiles_per_block = static_cast<int>(bs / kTileKeys);
+  const CacheT* cache = static_cast<const CacheT*>(prm.cache);
+
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    check_cu_seqlens(prm.rows, prm.error_flags);
+  }
+  for (int64_t row0 = tile_start; row0 < tile_end;) {
+    const RowInfo info = resolve_row(
+        prm.rows, row0, (threadIdx.x == 0 && blockIdx.y == 0) ? prm.error_flags : nullptr);
+    const int64_t row1 = min(info.seg_end, tile_end);
+    const int64_t max_pos = info.pos_base + row1 - 1;  // the segment's last row sees the most
+    if (info.req < 0 || max_pos < b0 * bs) {
+      row0 = row1;
+      continue;
+    }
+    const int nrh = static_cast<int>(row1 - row0) * H;
+    const int nblk = static_cast<int>(min(b0 + prm.blocks_per_cta, max_pos / bs + 1) - b0);
+
+    __syncthreads();  // the previous segment is done with q_s and block_max
+    for (int i = threadIdx.x; i < nrh * Di; i += kScoreThreads) {
+      const int rh = i / Di, d = i - rh * Di;
+      const int64_t row = row0 + rh / H;
+      q_s[rh * Di + d] = load_as_float(
+          prm.index_q, prm.q_dtype,
+          row * prm.q_stride_row + (rh % H) * prm.q_stride_head + d * prm.q_stride_dim);
+    }
+    for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
+      block_max[i] = ordered_f32(-INFINITY);
+    }
+    for (int i = threadIdx.x; i < nblk; i += kScoreThreads) {
+      s_page[i] = prm.block_table[info.req * prm.bt_stride_req + (b0 + i) * prm.bt_stride_block];
+    }
+    __syncthreads();
+
+    const int ntiles = nblk * tiles_per_block;
+    for (int ti = warp; ti < ntiles; ti += kScoreWarps) {
+      const int bl = ti / tiles_per_block;
+      const int64_t b = b0 + bl;
+      const int64_t in_block = static_cast<int64_t>(ti - bl * tiles_per_block) * kTileKeys;
+      const int64_t key0 = b * bs + in_block;
+      if (key0 > max_pos) continue;  // warp-uniform: no row of the segment sees these keys
+      const int32_t page = s_page[bl];
+      if (page < 0 || page >= prm.num_cache_blocks) {
+        if (lane == 0 && in_block == 0) raise_error(prm.error_flags, kDeviceErrorBlockId);
+        continue;  // the block keeps score -inf
+      }
+      const CacheT* kbase =
+          cache + page * prm.cache_stride_page + (in_block + grp * KPI) * prm.cache_stride_key;
+      Raw raw[KPI][UPL];
+#pragma unroll
+      for (int k = 0; k < KPI; ++k) {
+#pragma unroll
+        for (int i = 0; i < UPL; ++i) {
+          const int u = sub + 8 * i;
+          if (u < units) {
+            raw[k][i] =
+                __ldg(reinterpret_cast<const Raw*>(kbase + k * prm.cache_stride_key + u * 8));
+          }
+        }
+      }
+      for (int rh = 0; rh < nrh; ++rh) {
+        const float* qr = q_s + rh * Di;
+        float qv[UPL * 8];
+#pragma unroll
+        for (int i = 0; i < UPL; ++i) {
+          const int u = sub + 8 * i;
+          float4 lo = make_float4(0.f, 0.f, 0.f, 0.f), hi = lo;
+          if (u < units) {
+            lo = *reinterpret_cast<const float4*>(qr + u * 8);
+            hi = *reinterpret_cast<const float4*>(qr + u * 8 + 4);
+          }
+          qv[i * 8 + 0] = lo.x;
+          qv[i * 8 + 1] = lo.y;
+          qv[i * 8 + 2] = lo.z;
+          qv[i * 8 + 3] = lo.w;
+          qv[i * 8 + 4] = hi.x;
+          qv[i * 8 + 5] = hi.y;
+          qv[i * 8 + 6] = hi.z;
+          qv[i * 8 + 7] = hi.w;
+        }
+        const int64_t pos = info.pos_base + row0 + rh / H;
+        float m = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < KPI; ++k) {
+          // Keys are converted here rather than once per tile: keeping only the raw words live
+          // halves the registers, and the conversion is one integer op per bf16 element.
+          float acc = 0.0f;
+#pragma unroll
+          for (int i = 0; i < UPL; ++i) {
+            if (sub + 8 * i < units) {
+              float kf[8];
+              key8_to_float(raw[k][i], kf);
+#pragma unroll
+              for (int e = 0; e < 8; ++e) acc = fmaf(qv[i * 8 + e], kf[e], acc);
+            }
+          }
+          acc += __shfl_xor_sync(0xFFFFFFFFu, acc, 1);
+          acc += __shfl_xor_sync(0xFFFFFFFFu, acc, 2);
+          acc += __shfl_xor_sync(0xFFFFFFFFu, acc, 4);
+          if (isnan(acc)) acc = -1e30f;  // spec A12
+          if (key0 + grp * KPI + k <= pos) m = fmaxf(m, acc);
+        }
+        m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 8));
+        m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 16));
+        if (lane == (rh & 31)) atomicMax(&block_max[bl * nrh + rh], ordered_f32(m));
+      }
+    }
+    __syncthreads();
+    allow_dependent_launch();  // the select kernel may start; it waits for the writes below
+    for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
+      const int bl = i / nrh, rh = i - bl * nrh;
+      const int64_t row = row0 + rh / H;
+      const int64_t pos = info.pos_base + row;
+      const int64_t b = b0 + bl;
+      if (pos >= 0 && b <= pos / bs) {
+        prm.scores[((rh % H) * T + row) * max_blocks + b] = unordered_f32(block_max[i]);
+      }
+    }
+    row0 = row1;
+  }
+}
+
+// ---- Tensor-core scorer (head dim a multiple of 64) ----
+// Every accepted operand is exactly representable in bf16: index_q is bf16 or e4m3, the keys
+// bf16 or e4m3 (e4m3 -> f16 -> f32 -> bf16 is exact: 3-bit mantissa, exponents 2^-9..2^8). So
+// queries and keys go to bf16 without rounding, bf16 x bf16 products are exact in fp32, and
+// mma.sync m16n8k16 accumulates them in fp32: the same products as the SIMT kernel, summed in
+// another (fixed) order. The 16 keys of a tile are the M dimension, the (row, head) queries the N
+// dimension (8 per n-tile, up to 4), the head dim the K dimension. The dot product does not care
+// which dimension goes to which k slot as long as A and B agree, so each lane loads contiguous
+// key bytes: in a 64-dim chunk c, lane (g = lane / 4, t = lane % 4) loads dims
+// 64c + 32j + 8t + [0, 8) of keys g and g + 8 (j = 0, 1: one 16-byte bf16 / 8-byte e4m3 load
+// each, a warp instruction reads 64 contiguous bytes per key), and k-step s = 2j + h takes dims
+// 64c + 32j + 8t + 4h + [0, 4) into the lane's k slots {2t, 2t+1, 2t+8, 2t+9}. Queries sit in
+// shared memory as bf16 already in that fragment order, so a lane's B fragment is one
+// conflict-free 8-byte load.
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t v) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xFFFFu), __NV_E4M3);
+  const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(__half2(h)));
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+// e4m3 keys scored against e4m3 queries: both convert exactly to f16 with one instruction per
+// pair (e4m3 -> bf16 takes a detour through f32), and the f16 MMA multiplies them.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xFFFFu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+
+__device__ __forceinline__ void mma_f16_m16n8k16(float* d, const uint32_t* a, uint2 b) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
+}
+
+__device__ __forceinline__ void mma_bf16_m16n8k16(float* d, const uint32_t* a, uint2 b) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
+}
+
+__device__ __forceinline__ uint32_t raw_word(uint4 r, int i) {
+  return i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w;
+}
+
+// A fragment of k-step h (0, 1) of one 8-dim load per key row: {row g dims 0-1, row g+8 dims
+// 0-1, row g dims 2-3, row g+8 dims 2-3} of the 4 dims 4h + [0, 4). bf16 keys are used as
+// stored; e4m3 pairs are converted to bf16, or to f16 on the f16 MMA path (kF16: e4m3 keys and
+// queries).
+template <bool kF16>
+__device__ __forceinline__ void a_fragment(const uint4 (&r)[2], int h, uint32_t* a) {
+  static_assert(!kF16, "the f16 path is for e4m3 keys");
+  a[0] = raw_word(r[0], 2 * h);
+  a[1] = raw_word(r[1], 2 * h);
+  a[2] = raw_word(r[0], 2 * h + 1);
+  a[3] = raw_word(r[1], 2 * h + 1);
+}
+
+template <bool kF16>
+__device__ __forceinline__ void a_fragment(const uint2 (&r)[2], int h, uint32_t* a) {
+  const auto convert = [](uint32_t v) {
+    if constexpr (kF16) {
+      return e4m3x2_to_f16x2(v);
+    } else {
+      return e4m3x2_to_bf16x2(v);
+    }
+  };
+  const uint32_t w0 = h == 0 ? r[0].x : r[0].y;
+  const uint32_t w1 = h == 0 ? r[1].x : r[1].y;
+  a[0] = convert(w0);
+  a[1] = convert(w1);
+  a[2] = convert(w0 >> 16);
+  a[3] = convert(w1 >> 16);
+}
+
+// The nrh (row, head) query vectors of the segment starting at row0 -> q_s as bf16 (or f16, for
+// e4m3 queries on the f16 path) MMA fragments, n-tiles padded with zero vectors. Element i = rh *
+// Di + d goes to thread i % 256. Loads are issued 4 at a time before any is used (indices clamped
+// into the segment, padding zeroed after), so a decode request's queries cost one round trip
+// ("Issuing loads" in common.cuh).
+template <typename OutT>
+__device__ __forceinline__ OutT round_to(float v) {
+  if constexpr (std::is_same_v<OutT, __half>) {
+    return __float2half_rn(v);
+  } else {
+    return __float2bfloat16_rn(v);
+  }
+}
+
+template <typename QT, int CH, typename OutT>
+__device__ __forceinline__ void fill_query_fragments(const IndexScoreParams& prm, int64_t row0,
+                                                     int nrh, OutT* q_s) {
+  constexpr int Di = CH * 64;
+  constexpr int kBatch = 4;
+  constexpr int kPerThread = kMaxScoreRowHeads * Di / kScoreThreads;
+  const QT* q = static_cast<const QT*>(prm.index_q);
+  const int H = prm.num_heads;
+  const int n = (nrh + 7) / 8 * 8 * Di;
+  for (int k0 = 0; k0 < kPerThread; k0 += kBatch) {
+    if (static_cast<int>(threadIdx.x) + k0 * kScoreThreads >= n) break;
+    QT raw[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int i = static_cast<int>(threadIdx.x) + (k0 + k) * kScoreThreads;
+      const int rh = min(i / Di, nrh - 1), d = i % Di;
+      raw[k] = q[(row0 + rh / H) * prm.q_stride_row + (rh % H) * prm.q_stride_head +
+                 d * prm.q_stride_dim];
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int i = static_cast<int>(threadIdx.x) + (k0 + k) * kScoreThreads;
+      if (i >= n) break;
+      const int rh = i / Di, d = i % Di;
+      const float v = rh < nrh ? to_float(raw[k]) : 0.0f;
+      // d = 64c + 32j + 8t + 4h + e -> fragment (n-tile, c, s = 2j + h), lane 4(rh % 8) + t, e.
+      const int c = d >> 6, dd = d & 63;
+      const int s = ((dd >> 5) << 1) | ((dd >> 2) & 1);
+      const int ln = (rh & 7) * 4 + ((dd >> 3) & 3);
+      q_s[((((rh >> 3) * CH + c) * 4 + s) * 32 + ln) * 4 + (dd & 3)] = round_to<OutT>(v);
+    }
+  }
+}
+
+// In-cluster top-k of decode request blockIdx.x (its rows are one segment), after its score
+// CTAs, chunk c = cluster rank c = blockIdx.y, left their block maxima in block_max ([block in
+// chunk][row-head]): CTA c selects row-heads c, c + chunks, ..., its thread b reading block b's
+// maximum from the shared memory of the CTA that scored it. Only visible blocks are read, and
+// every CTA that owns one scored it (a CTA skips its chunk only when no row of the request sees
+// any of its blocks). The keys and the rank count are those of the select kernel, so both paths
+// write the same bits. The tile bounds are recomputed here rather than kept live across the
+// scoring loop, whose registers are at the kernel's limit.
+__device__ void cluster_select_topk(const IndexScoreParams& prm, const IndexSelectParams& sel,
+                                    const uint32_t* block_max, SelectSmem& sm) {
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every CTA's block maxima are final
+  const int H = prm.num_heads;
+  const int64_t tile_start = static_cast<int64_t>(blockIdx.x) * prm.rows_per_tile;
+  const int64_t tile_end = min(prm.rows.num_rows, tile_start + prm.rows_per_tile);
+  const int nrh = static_cast<int>(tile_end - tile_start) * H;
+  const int tid = threadIdx.x;
+  const int bpc = prm.blocks_per_cta;
+  const RowInfo info = resolve_row(prm.rows, tile_start, nullptr);
+  for (int rh = blockIdx.y; rh < nrh; rh += gridDim.y) {
+    const int64_t row = tile_start + rh / H;
+    const int64_t nvb = visible_blocks(info, info.pos_base + row, prm.rows.block_size);
+    float raw = 0.0f;
+    if (tid < nvb) {
+      raw = unordered_f32(cluster.map_shared_rank(
+          block_max, static_cast<unsigned>(tid / bpc))[(tid % bpc) * nrh + rh]);
+    }
+    write_row_topk_by_rank(sel, row, rh % H, raw, nvb, sm);
+  }
+  cluster.sync();  // no CTA may exit while another still reads its shared memory
+}
+
+// Same decomposition as index_score_kernel (CTA = row tile x chunk of blocks, block maxima via
+// shared-memory atomicMax over ordered floats); a warp scores 16-key tiles with mma.sync.
+// CH = head_dim / 64. kF16: e4m3 keys and e4m3 queries, multiplied as f16 (exact like bf16).
+// kClusterSelect: selects in-cluster into *sel (cluster_select_topk) instead of writing scores.
+// kNTiles: n-tiles of 8 query vectors held per segment (kMaxScoreRowHeads / 8, or 1 for the
+// launcher's decode instances, which do without the unrolled code and registers of three unused
+// accumulator tiles).
+template <typename CacheT, int CH, bool kF16, bool kClusterSelect, int kNTiles>
+__device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
+                                          const IndexSelectParams* sel) {
+  static_assert(!kF16 || std::is_same_v<CacheT, uint8_t>, "the f16 path is for e4m3 keys");
+  static_assert(kNTiles >= 1 && kNTiles * 8 <= kMaxScoreRowHeads, "n-tiles per segment");
+  using Raw = typename IndexKeyLoad<CacheT>::Raw;
+  using QElem = std::conditional_t<kF16, __half, __nv_bfloat16>;
+  __shared__ __align__(16) QElem q_s[kNTiles * 8 * kMaxIndexDim];
+  __shared__ uint32_t block_max[kMaxScoreBlocks * kMaxScoreRowHeads];
+  __shared__ int32_t s_page[kMaxScoreBlocks];
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+  const int H = prm.num_heads;
+  const int64_t bs = prm.rows.block_size;
+  const int64_t T = prm.rows.num_rows;
+  const int64_t max_blocks = prm.rows.max_blocks;
+  const int64_t tile_start = static_cast<int64_t>(blockIdx.x) * prm.rows_per_tile;
+  const int64_t tile_end = min(T, tile_start + prm.rows_per_tile);
+  const int64_t b0 = static_cast<int64_t>(blockIdx.y) * prm.blocks_per_cta;
+  const int tiles_per_block = static_cast<int>(bs / 16);
+  const CacheT* cache = static_cast<const CacheT*>(prm.cache);
+  const int key_stride = static_cast<int>(prm.cache_stride_key);
+  const int lane_key = g * key_stride + tq * 8;  // this lane's offset from a tile's first key
+  const uint2* q_frag = reinterpret_cast<const uint2*>(q_s);
+
+  auto fill_queries = [&](int64_t row0, int nrh) {
+    if constexpr (kF16) {
+      fill_query_fragments<uint8_t, CH>(prm, row0, nrh, q_s);  // e4m3 queries (the launcher's rule)
+    } else if (prm.q_dtype == DType::kBF16) {
+      fill_query_fragments<__nv_bfloat16, CH>(prm, row0, nrh, q_s);
+    } else {
+      fill_query_fragments<uint8_t, CH>(prm, row0, nrh, q_s);
+    }
+  };
+  // Decode: the tile is request blockIdx.x with all of its rows, known without reading seq_lens,
+  // so its queries and this CTA's page ids (in bounds of the block-table row whatever the
+  // length) are loaded while the seq_lens load is in flight: one round trip instead of two.
+  const bool early =
+      prm.rows.cu_seqlens_q == nullptr && blockIdx.x < static_cast<unsigned>(prm.rows.num_requests);
+  if (early) {
+    const int32_t* len = prm.rows.seq_lens + blockIdx.x * prm.rows.seq_lens_stride;
+    prefetch_l1(len);
+    const int64_t b = b0 + threadIdx.x;
+    int32_t page = 0;
+    const bool has_page = static_cast<int>(threadIdx.x) < prm.blocks_per_cta && b < max_blocks;
+    if (has_page) page = prm.block_table[blockIdx.x * prm.bt_stride_req + b * prm.bt_stride_block];
+    fill_queries(tile_start, static_cast<int>(tile_end - tile_start) * H);
+    if (has_page) s_page[threadIdx.x] = page;
+  }
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    check_cu_seqlens(prm.rows, prm.error_flags);
+  }
+  for (int64_t row0 = tile_start; row0 < tile_end;) {
+    const RowInfo info = resolve_row(
+        prm.rows, row0, (threadIdx.x == 0 && blockIdx.y == 0) ? prm.error_flags : nullptr);
+    const int64_t row1 = min(info.seg_end, tile_end);
+    const int64_t max_pos = info.pos_base + row1 - 1;  // the segment's last row sees the most
+    if (info.req < 0 || max_pos < b0 * bs) {
+      row0 = row1;
+      continue;
+    }
+    const int nrh = static_cast<int>(row1 - row0) * H;
+    const int ntq = (nrh + 7) / 8;  // n-tiles of 8 query vectors (the padding ones are zero)
+    const int nblk = static_cast<int>(min(b0 + prm.blocks_per_cta, max_pos / bs + 1) - b0);
+
+    __syncthreads();  // the previous segment is done with q_s and block_max
+    if (!early) {
+      fill_queries(row0, nrh);
+      for (int i = threadIdx.x; i < nblk; i += kScoreThreads) {
+        s_page[i] = prm.block_table[info.req * prm.bt_stride_req + (b0 + i) * prm.bt_stride_block];
+      }
+    }
+    for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
+      block_max[i] = ordered_f32(-INFINITY);
+    }
+    __syncthreads();
+
+    // A warp's tiles are (bl, tin): 16-key tile tin of the chunk's block bl, stepping by
+    // kScoreWarps tiles with 32-bit counters; offsets within a page are 32-bit (the launcher
+    // bounds block_size x key stride), so a tile's addresses cost one 64-bit page base.
+    struct TilePos {
+      int bl, tin;
+    };
+    auto advance = [&](TilePos p) {
+      p.tin += kScoreWarps;
+      while (p.tin >= tiles_per_block) {
+        p.tin -= tiles_per_block;
+        ++p.bl;
+      }
+      return p;
+    };
+    const int64_t key_limit = max_pos - b0 * bs;  // chunk-relative keys past it are seen by no row
+    // A tile's key fragments, or false when the warp skips it (no row of the segment sees its
+    // keys, or its page id is bad: the block keeps score -inf). The loop below keeps the next
+    // tile's loads in flight while it multiplies the current one (a register double buffer).
+    struct Frag {
+      Raw r[CH][2][2];  // [chunk][j][key g, key g + 8]
+    };
+    auto load_tile = [&](TilePos tp, Frag& raw) -> bool {
+      if (tp.bl >= nblk) return false;
+      const int in_block = tp.tin * 16;
+      if (tp.bl * bs + in_block > key_limit) return false;  // warp-uniform
+      const int32_t page = s_page[tp.bl];
+      if (page < 0 || page >= prm.num_cache_blocks) {
+        if (lane == 0 && in_block == 0) raise_error(prm.error_flags, kDeviceErrorBlockId);
+        return false;
+      }
+      const CacheT* kbase =
+          cache + page * prm.cache_stride_page + (in_block * key_stride + lane_key);
+#pragma unroll
+      for (int c = 0; c < CH; ++c) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            raw.r[c][j][r] =
+                __ldg(reinterpret_cast<const Raw*>(kbase + r * 8 * key_stride + c * 64 + j * 32));
+          }
+        }
+      }
+      return true;
+    };
+    TilePos tp{warp / tiles_per_block, warp % tiles_per_block};
+    Frag raw;
+    bool have = load_tile(tp, raw);
+    while (tp.bl < nblk) {
+      Frag next;
+      const TilePos tp_next = advance(tp);
+      const bool have_next = load_tile(tp_next, next);
+      const int bl = tp.bl;
+      const int64_t key0 = (b0 + bl) * bs + tp.tin * 16;
+      if (have) {
+        float acc[kNTiles][4];
+#pragma unroll
+        for (int n = 0; n < kNTiles; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+        }
+#pragma unroll
+        for (int c = 0; c < CH; ++c) {
+#pragma unroll
+          for (int s = 0; s < 4; ++s) {
+            uint32_t a[4];
+            a_fragment<kF16>(raw.r[c][s >> 1], s & 1, a);
+#pragma unroll
+            for (int n = 0; n < kNTiles; ++n) {
+              if (n < ntq) {  // warp-uniform
+                if constexpr (kF16) {
+                  mma_f16_m16n8k16(acc[n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
+                } else {
+                  mma_bf16_m16n8k16(acc[n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
+                }
+              }
+            }
+          }
+        }
+        // acc[n] = {key g x query 2t, key g x query 2t+1, key g+8 x query 2t, key g+8 x 2t+1}.
+#pragma unroll
+        for (int n = 0; n < kNTiles; ++n) {
+          if (n >= ntq) break;
+          const int rh0 = n * 8 + 2 * tq;
+          const int64_t pos0 = info.pos_base + row0 + rh0 / H;
+          const int64_t pos1 = info.pos_base + row0 + (rh0 + 1) / H;
+          const int64_t k_lo = key0 + g, k_hi = key0 + g + 8;
+          float m0 = -INFINITY, m1 = -INFINITY;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float v = acc[n][e];
+            if (isnan(v)) v = -1e30f;  // spec A12
+            const int64_t key = e < 2 ? k_lo : k_hi;
+            if ((e & 1) == 0) {
+              if (key <= pos0) m0 = fmaxf(m0, v);
+            } else {
+              if (key <= pos1) m1 = fmaxf(m1, v);
+            }
+          }
+#pragma unroll
+          for (int off = 4; off < 32; off <<= 1) {
+            m0 = fmaxf(m0, __shfl_xor_sync(0xFFFFFFFFu, m0, off));
+            m1 = fmaxf(m1, __shfl_xor_sync(0xFFFFFFFFu, m1, off));
+          }
+          if (g == 0) {
+            if (rh0 < nrh) atomicMax(&block_max[bl * nrh + rh0], ordered_f32(m0));
+            if (rh0 + 1 < nrh) atomicMax(&block_max[bl * nrh + rh0 + 1], ordered_f32(m1));
+          }
+        }
+      }
+      have = have_next;
+      raw = next;
+      tp = tp_next;
+    }
+    __syncthreads();
+    // In-cluster selection (decode: one segment) reads the block maxima where they are.
+    if constexpr (!kClusterSelect) {
+      allow_dependent_launch();  // the select kernel may start; it waits for the writes below
+      for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
+        const int bl = i / nrh, rh = i - bl * nrh;
+        const int64_t row = row0 + rh / H;
+        const int64_t pos = info.pos_base + row;
+        const int64_t b = b0 + bl;
+        if (pos >= 0 && b <= pos / bs) {
+          prm.scores[((rh % H) * T + row) * max_blocks + b] = unordered_f32(block_max[i]);
+        }
+      }
+    }
+    row0 = row1;
+  }
+  if constexpr (kClusterSelect) {
+    __shared__ SelectSmem s_select;
+    cluster_select_topk(prm, *sel, block_max, s_select);
+  }
+}
+
+template <typename CacheT, int CH, bool kF16, int kNTiles>
+__global__ void __launch_bounds__(kScoreThreads, 2)
+    index_score_mma_kernel(const IndexScoreParams prm) {
+  if (prm.early_select) allow_dependent_launch();
+  score_mma<CacheT, CH, kF16, false, kNTiles>(prm, nullptr);
+}
+
+// The decode variant whose grid's chunks of a request (grid.y) are one thread-block cluster that
+// selects the request's top-k into `sel` (sel.scores unused) instead of writing prm.scores.
+template <typename CacheT, int CH, bool kF16, int kNTiles>
+__global__ void __launch_bounds__(kScoreThreads, 2)
+    index_score_mma_cluster_kernel(const IndexScoreParams prm, const IndexSelectParams sel) {
+  score_mma<CacheT, CH, kF16, true, kNTiles>(prm, &sel);
+}
+
+}  // namespace cuda
+}  // namespace msa
