@@ -49,8 +49,10 @@ struct IndexClusterLimits {
 // block 128).
 constexpr int64_t kIndexClusterSelectMaxBlocks = 256;
 // Blocks per CTA an in-cluster plan may grow to, when the one-wave plan has fewer and its grid
-// fills at least half a wave: batch 4 at 8K (256 one-block CTAs) becomes four 16-CTA clusters of
-// 4-block CTAs (index call 16.0 -> 13.7 us on the H200). Longer CTAs, or smaller grids, lose
+// fills at least half a wave: batch 8 at 8K (256 two-block CTAs) becomes eight 16-CTA clusters of
+// 4-block CTAs. (Batch 4 at 8K, 256 one-block CTAs, went from 16.0 to 13.7 us as four such
+// clusters on the H200; since kIndexMinBlocksPerCtaPastSms it runs as 128 two-block CTAs and the
+// select kernel, 12.9 against 13.5 us in one call.) Longer CTAs, or smaller grids, lose
 // more to each warp waiting for its tiles one after another than the select kernel costs: batch
 // 16 at 8K as sixteen 8-CTA clusters of 8-block CTAs took 22.5 us against 21.7 us (256 4-block
 // CTAs and the select kernel), batch 1 at 8K as one 16-CTA cluster of 4-block CTAs 13.3 against
@@ -68,9 +70,18 @@ constexpr int kIndexClusterGrowBlocks = 4;
 // slower with bf16 keys (2026-11-30-a5056f8-decode.md), for no gain in the index call.
 constexpr int kIndexEarlySelectMaxBlocks = 4;
 
+// One-block score CTAs are kept only while there are at most as many as SMs; past that, CTAs of
+// two blocks (one per SM): batch 1 at 32K (256 one-block CTAs, 2 per SM) took 16.6 us against
+// 15.3 us as 128 two-block CTAs, and batch 4 at 8K 13.5 (in-cluster selection) against 12.9 us.
+// Doubling further, to one CTA per SM for every grid, was slower wherever the one-wave plan
+// already had longer CTAs (32K x 16: 46 -> 62 us, 8K x 64 and 512K x 1: +3 and +5 us), as the
+// stream then has half the warps per SM (bench/results/2026-11-30-index-two-block-ctas-ab/).
+constexpr int kIndexMinBlocksPerCtaPastSms = 2;
+
 // row_tiles x max_blocks block positions, cut into CTAs of blocks_per_cta consecutive blocks.
 // blocks_per_cta is the smallest power of two (<= kIndexMaxBlocksPerCta) whose grid fits in one
-// wave of resident CTAs (ctas_per_sm, the score kernel's occupancy, x sm_count): a small batch
+// wave of resident CTAs (ctas_per_sm, the score kernel's occupancy, x sm_count), and at least
+// kIndexMinBlocksPerCtaPastSms when one-block CTAs would outnumber the SMs: a small batch
 // (batch 1 at 8K: 64 blocks) spreads its stream over as many CTAs as can run at once, and no
 // call pays for a second, partial wave of short CTAs (at 2 resident CTAs per SM, one block per
 // CTA at 128K x 1 took 4 waves: 25 us against 15 us in one). Large batches (more blocks than a
@@ -95,6 +106,9 @@ inline IndexLaunchPlan plan_index_launch(int64_t row_tiles, int64_t max_blocks, 
   auto chunks_of = [&](int bpc) { return (max_blocks + bpc - 1) / bpc; };
   int bpc = 1;
   while (bpc < kIndexMaxBlocksPerCta && row_tiles * chunks_of(bpc) > wave) bpc *= 2;
+  if (bpc == 1 && row_tiles * max_blocks > std::max(sm_count, 1)) {
+    bpc = kIndexMinBlocksPerCtaPastSms;
+  }
   p.blocks_per_cta = bpc;
   p.chunks = chunks_of(bpc);
   p.early_select = bpc <= kIndexEarlySelectMaxBlocks && row_tiles * p.chunks <= wave &&

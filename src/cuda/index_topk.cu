@@ -36,7 +36,7 @@
 //      call's critical path (8K x 1: 11.5 -> 9.4 us).
 //   Decode calls with tables of at most 256 columns whose score CTAs of a request fit as one
 //   thread-block cluster, one cluster per request all resident at once (plan_index_launch;
-//   batch 4 at 8K on the H200), run index_score_mma_cluster_kernel alone instead: after a cluster
+//   batch 8 at 8K on the H200), run index_score_mma_cluster_kernel alone instead: after a cluster
 //   barrier each CTA of a request's cluster ranks the blocks of some of its rows from the block
 //   maxima left in the cluster's shared memory (distributed shared memory), with the select
 //   kernel's keys and rank count, so the top-k bits are the same and no workspace is touched.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace msa {
@@ -36,14 +37,27 @@ TEST(LaunchPolicy, IndexSpreadsSmallBatchesOverOneWave) {
   p = plan_index_launch(16, 64, kH200Sms, kScoreCtas);
   EXPECT_EQ(p.blocks_per_cta, 4);
   EXPECT_EQ(p.row_tiles * p.chunks, 256);
-  // Every grid that fits a wave at all is the largest such grid: halving blocks_per_cta would
-  // overflow the wave.
+  // Batch 1 at 32K (256 blocks) and batch 4 at 8K: one block per CTA would fit the wave, but as
+  // 256 CTAs, more than the 132 SMs: two blocks per CTA, 128 CTAs.
+  for (const auto& [tiles, nb] : {std::pair<int64_t, int64_t>{1, 256}, {4, 64}}) {
+    p = plan_index_launch(tiles, nb, kH200Sms, kScoreCtas);
+    EXPECT_EQ(p.blocks_per_cta, kIndexMinBlocksPerCtaPastSms) << tiles << " x " << nb;
+    EXPECT_EQ(p.row_tiles * p.chunks, 128) << tiles << " x " << nb;
+  }
+  // One block per CTA up to one CTA per SM (batch 1 at 16K: 128 CTAs; 2 rows of 66 blocks: 132).
+  EXPECT_EQ(plan_index_launch(1, 128, kH200Sms, kScoreCtas).blocks_per_cta, 1);
+  EXPECT_EQ(plan_index_launch(2, 66, kH200Sms, kScoreCtas).blocks_per_cta, 1);
+  EXPECT_EQ(plan_index_launch(1, 133, kH200Sms, kScoreCtas).blocks_per_cta, 2);
+  // Every other grid that fits a wave at all is the largest such grid: halving blocks_per_cta
+  // would overflow the wave.
   for (int64_t tiles : {1, 4, 16, 64}) {
     for (int64_t nb : {64, 256, 1024, 4096}) {
       p = plan_index_launch(tiles, nb, kH200Sms, kScoreCtas);
       if (p.blocks_per_cta == kIndexMaxBlocksPerCta) continue;
       EXPECT_LE(p.row_tiles * p.chunks, kH200Wave) << tiles << " x " << nb;
-      if (p.blocks_per_cta > 1) {
+      if (p.blocks_per_cta == kIndexMinBlocksPerCtaPastSms && tiles * nb <= kH200Wave) {
+        EXPECT_GT(tiles * nb, kH200Sms) << tiles << " x " << nb;
+      } else if (p.blocks_per_cta > 1) {
         EXPECT_GT(tiles * ((nb + p.blocks_per_cta / 2 - 1) / (p.blocks_per_cta / 2)), kH200Wave)
             << tiles << " x " << nb;
       }
@@ -58,12 +72,12 @@ TEST(LaunchPolicy, IndexStreamsLargeBatchesInFullCtas) {
   EXPECT_EQ(p.chunks, 32);
   EXPECT_EQ(p.row_tiles * p.chunks, 2048);
   // A smaller GPU (or a lower occupancy) holds fewer CTAs at once, so the CTAs grow.
-  // Batch 1 at 32K (256 blocks) on 16 SMs: a 32-CTA wave, 8 blocks per CTA (1 on the H200).
+  // Batch 1 at 32K (256 blocks) on 16 SMs: a 32-CTA wave, 8 blocks per CTA (2 on the H200).
   const IndexLaunchPlan small = plan_index_launch(1, 256, 16, kScoreCtas);
   const IndexLaunchPlan big = plan_index_launch(1, 256, kH200Sms, kScoreCtas);
   EXPECT_EQ(small.blocks_per_cta, 8);
   EXPECT_EQ(small.chunks, 32);
-  EXPECT_EQ(big.blocks_per_cta, 1);
+  EXPECT_EQ(big.blocks_per_cta, 2);
   const IndexLaunchPlan dense = plan_index_launch(4, 1024, kH200Sms, 8);
   EXPECT_LT(dense.blocks_per_cta, plan_index_launch(4, 1024, kH200Sms, kScoreCtas).blocks_per_cta);
   // An occupancy query that failed (0) plans for one CTA per SM.
@@ -94,9 +108,9 @@ IndexLaunchPlan plan_decode(int64_t requests, int64_t max_blocks,
 }
 
 TEST(LaunchPolicy, IndexSelectsInClusterWhereOneWaveOfClustersFits) {
-  // Batch 4 at 8K: 256 one-block CTAs fill the wave; at 4 blocks per CTA each request is one
-  // 16-CTA cluster, and 4 of the 14 resident ones.
-  IndexLaunchPlan p = plan_decode(4, 64);
+  // Batch 8 at 8K: 256 two-block CTAs fill the wave; at 4 blocks per CTA each request is one
+  // 16-CTA cluster, and 8 of the 14 resident ones.
+  IndexLaunchPlan p = plan_decode(8, 64);
   EXPECT_TRUE(p.cluster_select);
   EXPECT_EQ(p.blocks_per_cta, 4);
   EXPECT_EQ(p.chunks, 16);
@@ -127,20 +141,25 @@ TEST(LaunchPolicy, IndexKeepsTheSelectKernelElsewhere) {
   EXPECT_EQ(p.chunks, 16);
   // Batch 64 at 8K: 64 clusters of 4 sixteen-block CTAs, 62 resident.
   EXPECT_FALSE(plan_decode(64, 64).cluster_select);
-  // Batch 1 at 32K: 256 one-block CTAs would have to become 16-block ones.
+  // Batch 1 at 32K: 128 two-block CTAs would have to become 16-block ones.
   EXPECT_FALSE(plan_decode(1, 256).cluster_select);
+  // Batch 4 at 8K: 128 two-block CTAs fill half a wave, short of the growth to 4-block ones.
+  p = plan_decode(4, 64);
+  EXPECT_FALSE(p.cluster_select);
+  EXPECT_EQ(p.blocks_per_cta, 2);
+  EXPECT_EQ(p.chunks, 32);
   // Tables wider than the rank selection's 256 columns, prefill, and devices without clusters
-  // (or with the portable 8 only, where batch 4 at 8K would need 16).
+  // (or with the portable 8 only, where batch 8 at 8K would need 16).
   EXPECT_FALSE(plan_decode(1, 257).cluster_select);
   EXPECT_FALSE(
-      plan_index_launch(4, 64, kH200Sms, kScoreCtas, false, h200_clusters()).cluster_select);
-  EXPECT_FALSE(plan_decode(4, 64, IndexClusterLimits{}).cluster_select);
+      plan_index_launch(8, 64, kH200Sms, kScoreCtas, false, h200_clusters()).cluster_select);
+  EXPECT_FALSE(plan_decode(8, 64, IndexClusterLimits{}).cluster_select);
   IndexClusterLimits portable = h200_clusters();
   portable.max_size = 8;
-  EXPECT_FALSE(plan_decode(4, 64, portable).cluster_select);
+  EXPECT_FALSE(plan_decode(8, 64, portable).cluster_select);
   // Without clusters the plan is the one-wave plan.
-  const IndexLaunchPlan plain = plan_index_launch(4, 64, kH200Sms, kScoreCtas);
-  EXPECT_EQ(plan_decode(4, 64, IndexClusterLimits{}).blocks_per_cta, plain.blocks_per_cta);
+  const IndexLaunchPlan plain = plan_index_launch(8, 64, kH200Sms, kScoreCtas);
+  EXPECT_EQ(plan_decode(8, 64, IndexClusterLimits{}).blocks_per_cta, plain.blocks_per_cta);
 }
 
 TEST(LaunchPolicy, IndexLaunchesTheSelectKernelEarlyOnlyAfterShortScoreCtas) {
@@ -158,8 +177,8 @@ TEST(LaunchPolicy, IndexLaunchesTheSelectKernelEarlyOnlyAfterShortScoreCtas) {
   EXPECT_FALSE(plan_decode(64, 64).early_select);
   EXPECT_FALSE(plan_decode(1, 4096).early_select);
   EXPECT_FALSE(plan_decode(64, 1024).early_select);
-  // An in-cluster selection has no select kernel (batch 4 at 8K).
-  const IndexLaunchPlan cluster = plan_decode(4, 64);
+  // An in-cluster selection has no select kernel (batch 8 at 8K).
+  const IndexLaunchPlan cluster = plan_decode(8, 64);
   EXPECT_TRUE(cluster.cluster_select);
   EXPECT_FALSE(cluster.early_select);
   // Prefill and devices without clusters follow the same rule.

@@ -1,0 +1,209 @@
+// Launch policy of the CUDA decode path as pure host functions of the problem's shape and the
+// device's SM count: how the indexer's blocks are cut among CTAs and how sparse attention is
+// split along its selected blocks. Nothing here
+// reads device memory or calls CUDA, so the decisions are unit-tested on the CPU (and the
+// exact-coverage helpers below are what the kernels compute from blockIdx).
+//
+// Grids depend on shapes and capacities only, never on the values in device tensors, so a
+// captured CUDA graph replays correctly when the batch contents change.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace msa {
+namespace detail {
+
+// ---- Indexer (index scores + top-k) ----
+
+// Blocks of one row tile a score CTA may own (its block maxima and page ids sit in shared memory).
+constexpr int kIndexMaxBlocksPerCta = 32;
+
+struct IndexLaunchPlan {
+  int64_t row_tiles = 0;   // grid.x: decode: one request; prefill: a tile of rows
+  int blocks_per_cta = 1;  // consecutive blocks of the tile owned by one CTA
+  int64_t chunks = 0;      // grid.y = ceil(max_blocks / blocks_per_cta)
+  // The chunks of a row tile are one thread-block cluster (cluster y = chunks) that selects its
+  // rows' top-k from the block maxima in its CTAs' shared memory: no select kernel.
+  bool cluster_select = false;
+  // The select kernel is a dependent launch (programmatic, sm_90) that may start once every score
+  // CTA has started (true) or once each has scored its blocks (false); either way it waits for
+  // the scores before reading them.
+  bool early_select = false;
+};
+
+// Largest cluster Hopper schedules (non-portable; 8 is portable).
+constexpr int kIndexMaxClusterSize = 16;
+
+// What the device can run as clusters of the score kernel: the largest cluster size it
+// schedules (16, 8, or 0 without cluster support) and, for each size up to that, how many such
+// clusters fit at once (cudaOccupancyMaxActiveClusters; a cluster stays within one GPC, so 16-CTA
+// clusters of a 2-CTA-per-SM kernel fit 14 at a time on the H200, not 132 x 2 / 16).
+struct IndexClusterLimits {
+  int max_size = 0;
+  int64_t resident[kIndexMaxClusterSize + 1] = {};
+};
+
+// In-cluster selection counts ranks with one selecting thread per block column (the select
+// kernel's rank path), so it serves block tables of at most this many columns (32K tokens at
+// block 128).
+constexpr int64_t kIndexClusterSelectMaxBlocks = 256;
+// Blocks per CTA an in-cluster plan may grow to, when the one-wave plan has fewer and its grid
+// fills at least half a wave: batch 4 at 8K (256 one-block CTAs) becomes four 16-CTA clusters of
+// 4-block CTAs (index call 16.0 -> 13.7 us on the H200). Longer CTAs, or smaller grids, lose
+// more to each warp waiting for its tiles one after another than the select kernel costs: batch
+// 16 at 8K as sixteen 8-CTA clusters of 8-block CTAs took 22.5 us against 21.7 us (256 4-block
+// CTAs and the select kernel), batch 1 at 8K as one 16-CTA cluster of 4-block CTAs 13.3 against
+// 11.8 us (64 one-block CTAs and the select kernel)
+// (bench/results/2026-11-30-index-cluster-select-ab/).
+constexpr int kIndexClusterGrowBlocks = 4;
+// Longest score CTAs (blocks) for which the select kernel launches as the score CTAs start: with
+// short CTAs its launch and row setup then hide behind the whole score kernel (index call on the
+// H200: batch 1 at 8K 11.0 -> 9.4 us, batch 16 at 8K 21.2 -> 20.1 us, against launching once
+// the CTAs have scored). With 16-block CTAs that ran up to 3 us slower at some shapes (32K x 16
+// bf16 46.7 -> 49.9 us) and faster at others, so longer CTAs let it launch only once they have
+// scored (bench/results/2026-11-30-index-query-tiles-pdl-ab/). Only for tables the select
+// kernel ranks in one pass (kIndexClusterSelectMaxBlocks columns): at 128K x 1 (1024 columns,
+// sampled-candidate selection) the early launch made the benchmark's whole decode step 5-7 us
+// slower with bf16 keys (2026-11-30-a5056f8-decode.md), for no gain in the index call.
+constexpr int kIndexEarlySelectMaxBlocks = 4;
+
+// row_tiles x max_blocks block positions, cut into CTAs of blocks_per_cta consecutive blocks.
+// blocks_per_cta is the smallest power of two (<= kIndexMaxBlocksPerCta) whose grid fits in one
+// wave of resident CTAs (ctas_per_sm, the score kernel's occupancy, x sm_count): a small batch
+// (batch 1 at 8K: 64 blocks) spreads its stream over as many CTAs as can run at once, and no
+// call pays for a second, partial wave of short CTAs (at 2 resident CTAs per SM, one block per
+// CTA at 128K x 1 took 4 waves: 25 us against 15 us in one). Large batches (more blocks than a
+// wave can hold at 32 per CTA) stream in waves of 32-block CTAs, which pay the per-CTA prologue
+// (query load, page ids, barrier) once per 32 blocks.
+//
+// The top-k selection is then a second kernel, one CTA per (row, head), except in decode calls
+// (a row tile is one request) with block tables of at most kIndexClusterSelectMaxBlocks columns
+// whose chunks can form one thread-block cluster per request, all clusters resident at once,
+// with CTAs grown at most as kIndexClusterGrowBlocks allows: the cluster selects from the block
+// maxima in its CTAs' shared memory after a cluster barrier (cluster_select), so the call is one
+// kernel. Fusing the selection into the last score CTA of a row (completion counter), or into a
+// cooperatively launched score grid after a grid barrier, was measured slower on the H200
+// (bench/README.md).
+inline IndexLaunchPlan plan_index_launch(int64_t row_tiles, int64_t max_blocks, int sm_count,
+                                         int ctas_per_sm, bool decode = false,
+                                         const IndexClusterLimits& clusters = {}) {
+  IndexLaunchPlan p;
+  p.row_tiles = row_tiles;
+  if (row_tiles <= 0 || max_blocks <= 0) return p;
+  const int64_t wave = static_cast<int64_t>(std::max(ctas_per_sm, 1)) * std::max(sm_count, 1);
+  auto chunks_of = [&](int bpc) { return (max_blocks + bpc - 1) / bpc; };
+  int bpc = 1;
+  const int64_t one_per_sm = std::max(sm_count, 1);
+  while (bpc < kIndexMaxBlocksPerCta && row_tiles * chunks_of(bpc) > one_per_sm) bpc *= 2;
+  p.blocks_per_cta = bpc;
+  p.chunks = chunks_of(bpc);
+  p.early_select = bpc <= kIndexEarlySelectMaxBlocks && row_tiles * p.chunks <= wave &&
+                   max_blocks <= kIndexClusterSelectMaxBlocks;
+  const int max_size = std::min(clusters.max_size, kIndexMaxClusterSize);
+  if (!decode || max_size < 1 || max_blocks > kIndexClusterSelectMaxBlocks) return p;
+  const int grow_to = 2 * row_tiles * p.chunks >= wave ? kIndexClusterGrowBlocks : bpc;
+  for (int cbpc = bpc; cbpc <= std::max(bpc, grow_to); cbpc *= 2) {
+    const int64_t c = chunks_of(cbpc);
+    if (c <= max_size && row_tiles <= clusters.resident[c]) {
+      p.blocks_per_cta = cbpc;
+      p.chunks = c;
+      p.cluster_select = true;
+      p.early_select = false;
+      return p;
+    }
+  }
+  return p;
+}
+
+// Blocks [begin, end) of a row tile owned by the CTA of chunk `chunk` (the kernels compute the
+// same from blockIdx.y); end is clipped to max_blocks.
+struct BlockRange {
+  int64_t begin = 0, end = 0;
+};
+inline BlockRange index_cta_blocks(const IndexLaunchPlan& p, int64_t chunk, int64_t max_blocks) {
+  const int64_t begin = chunk * p.blocks_per_cta;
+  return BlockRange{std::min(begin, max_blocks), std::min(begin + p.blocks_per_cta, max_blocks)};
+}
+
+// ---- Sparse attention (split-K over the selected blocks) ----
+
+// About two resident 128-thread attention CTAs per SM (about 230 registers per thread).
+constexpr int64_t kAttnCtasPerSm = 2;
+constexpr int64_t kAttnWarpsPerCta = 4;
+// Splits of one row merged by the merge kernel (which keeps their LSEs in shared memory).
+constexpr int64_t kAttnMaxSplits = 64;
+// Splits of one row run as one thread-block cluster: Hopper's largest (non-portable) size.
+constexpr int64_t kAttnMaxClusterSplits = 16;
+
+struct AttnLaunchPlan {
+  int64_t rows = 0;
+  int64_t splits = 1;              // grid.z; > 1: the partials are merged, in-cluster or by kernel
+  int64_t subtiles_per_split = 0;  // 16-key subtiles of the row's selected-block list per split
+  bool cluster = false;            // the splits of a row are one cluster (cluster z = splits >= 2)
+};
+
+// What the device can run as clusters of the attention kernel: the largest cluster size it
+// schedules (16, 8, or 0 without cluster support) and how many such clusters fit at once
+// (cudaOccupancyMaxActiveClusters: 14 of 16 CTAs on the H200, less than 132 SMs x 2 / 16
+// because a cluster must sit within one GPC).
+struct AttnClusterLimits {
+  int64_t max_splits = 0;
+  int64_t resident = 0;
+};
+
+// Longest split of an in-cluster plan: two subtiles per warp. With more, each warp waits for its
+// subtiles one after another (its next subtile's loads are its only ones in flight), and 8-CTA
+// clusters of 16 subtiles each were slower at batch 1 than 32 short splits plus the merge kernel
+// (18.3 against 15.7 us on the H200).
+constexpr int64_t kAttnClusterMaxSubtiles = 2 * kAttnWarpsPerCta;
+
+// A row has at most max_subtiles 16-key subtiles (topk_width * block_size / 16). When rows x KV
+// heads x head chunks gives fewer than kAttnCtasPerSm CTAs per SM (small decode batches), that
+// range is cut into equal splits (a multiple of 4 subtiles each, one per warp) so the total stays
+// within one resident wave (a second, partial wave would double the latency chain of the call).
+// The splits of a row are one cluster, merged through distributed shared memory, when the
+// device's largest cluster cuts the row into splits of at most kAttnClusterMaxSubtiles and one
+// cluster per (row, head group) fits in one wave of clusters (14 on the H200: TP4 decode batch
+// 1-14, or 1-3 with 4 speculative rows): one kernel instead of two, which took the batch-1
+// attention stage from 15.7 to 13.7 us. Otherwise the pieces (at most kAttnMaxSplits) are combined
+// by a merge kernel: at batch 16-64 the cluster cuts were slower, because 16-CTA clusters only fit
+// 14 at a time and smaller ones mean longer splits (bench/results/2026-11-29-cluster-merge-ab/).
+inline AttnLaunchPlan plan_attention_launch(int64_t rows, int64_t head_groups, int64_t max_subtiles,
+                                            int sm_count, AttnClusterLimits clusters = {}) {
+  AttnLaunchPlan p;
+  p.rows = rows;
+  p.subtiles_per_split = max_subtiles;
+  const int64_t wanted = kAttnCtasPerSm * std::max(sm_count, 1);
+  const int64_t ctas = rows * head_groups;
+  if (ctas == 0 || ctas >= wanted || max_subtiles <= kAttnWarpsPerCta) return p;
+  // Equal pieces of a whole number of warps' subtiles.
+  auto per_split = [&](int64_t pieces) {
+    const int64_t per = (max_subtiles + pieces - 1) / pieces;
+    return (per + kAttnWarpsPerCta - 1) / kAttnWarpsPerCta * kAttnWarpsPerCta;
+  };
+  const int64_t cluster = std::min(clusters.max_splits, kAttnMaxClusterSplits);
+  if (cluster > 1 && ctas <= clusters.resident && ctas * cluster <= wanted &&
+      per_split(cluster) <= kAttnClusterMaxSubtiles) {
+    p.subtiles_per_split = per_split(cluster);
+    p.splits = (max_subtiles + p.subtiles_per_split - 1) / p.subtiles_per_split;
+    p.cluster = true;
+    return p;
+  }
+  const int64_t want = std::min(wanted / ctas, kAttnMaxSplits);
+  if (want <= 1) return p;
+  p.subtiles_per_split = per_split(want);
+  p.splits = (max_subtiles + p.subtiles_per_split - 1) / p.subtiles_per_split;
+  return p;
+}
+
+// Subtiles [begin, end) of a row's list handled by split `split` (clipped to max_subtiles).
+inline BlockRange attention_split_subtiles(const AttnLaunchPlan& p, int64_t split,
+                                           int64_t max_subtiles) {
+  const int64_t begin = split * p.subtiles_per_split;
+  return BlockRange{std::min(begin, max_subtiles),
+                    std::min(begin + p.subtiles_per_split, max_subtiles)};
+}
+
+}  // namespace detail
+}  // namespace msa
