@@ -448,11 +448,13 @@ std::vector<Case> index_cases() {
                                                                      {131072, 4},
                                                                      {131072, 16},
                                                                      {131072, 64},
-                                                                     {524288, 1}}) {
+                                                                     {524288, 1},
+                                                                     {524288, 4},
+                                                                     {524288, 16}}) {
       cases.push_back({ctx, batch, 1, fp8, false});
     }
-    for (const auto& [ctx, batch] :
-         std::vector<std::pair<int, int>>{{32768, 64}, {131072, 16}, {131072, 64}}) {
+    for (const auto& [ctx, batch] : std::vector<std::pair<int, int>>{
+             {32768, 64}, {131072, 16}, {131072, 64}, {524288, 4}, {524288, 16}}) {
       cases.push_back({ctx, batch, 1, fp8, true});
     }
   }
