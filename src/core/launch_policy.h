@@ -102,13 +102,12 @@ inline IndexLaunchPlan plan_index_launch(int64_t row_tiles, int64_t max_blocks, 
   IndexLaunchPlan p;
   p.row_tiles = row_tiles;
   if (row_tiles <= 0 || max_blocks <= 0) return p;
-  const int64_t wave = static_cast<int64_t>(std::max(ctas_per_sm, 1)) * std::max(sm_count, 1);
+  const int64_t sms = std::max(sm_count, 1);
+  const int64_t wave = std::max(ctas_per_sm, 1) * sms;
   auto chunks_of = [&](int bpc) { return (max_blocks + bpc - 1) / bpc; };
   int bpc = 1;
   while (bpc < kIndexMaxBlocksPerCta && row_tiles * chunks_of(bpc) > wave) bpc *= 2;
-  if (bpc == 1 && row_tiles * max_blocks > std::max(sm_count, 1)) {
-    bpc = kIndexMinBlocksPerCtaPastSms;
-  }
+  if (bpc == 1 && row_tiles * max_blocks > sms) bpc = kIndexMinBlocksPerCtaPastSms;
   p.blocks_per_cta = bpc;
   p.chunks = chunks_of(bpc);
   p.early_select = bpc <= kIndexEarlySelectMaxBlocks && row_tiles * p.chunks <= wave &&

@@ -73,6 +73,12 @@ __device__ __forceinline__ uint64_t selection_key(float s, int64_t b, int64_t nv
 // at every pass.
 constexpr int kSelectKeysPerThread = 16;
 
+constexpr int kSelectWarps = kSelectThreads / 32;
+// Slots for the warps' tops (warp_tops_threshold), one per lane of the warp that ranks them, and
+// the largest keys per warp that fill them.
+constexpr int kWarpTopSlots = 32;
+constexpr int kMaxWarpTops = kWarpTopSlots / kSelectWarps;
+
 struct SelectSmem {
   union {
     // Radix path: pass p counts into hist[p & 1] while hist[(p + 1) & 1] is cleared.
@@ -80,16 +86,12 @@ struct SelectSmem {
     // Rank path: the key of block b (0: not visible); candidate paths: the candidate keys.
     alignas(16) uint64_t keys[kSelectThreads];
   };
-  // Warp tops (warp_tops_threshold): top t of warp w at t * warps + w.
-  uint64_t tops[32];
-  int32_t warp_sums[kSelectThreads / 32];
+  // Warp tops: top t of warp w at t * warps + w.
+  uint64_t tops[kWarpTopSlots];
+  int32_t warp_sums[kSelectWarps];
   uint32_t digit, remaining, done;
   uint64_t threshold;
 };
-
-constexpr int kSelectWarps = kSelectThreads / 32;
-// Largest keys per warp that warp_tops_threshold gathers (its tops fill one warp's lanes).
-constexpr int kMaxWarpTops = 32 / kSelectWarps;
 
 // Exclusive prefix sum of v over the CTA's threads in thread order, and the CTA total (a warp
 // scan plus the per-warp totals, one CTA barrier; warp_sums stays in use until the caller's next
@@ -158,16 +160,16 @@ __device__ uint64_t warp_tops_threshold(const uint64_t (&keys)[P], int64_t kept,
     }
   }
   __syncthreads();
-  const int n = warps * m;  // <= 32
+  const int n = warps * m;  // <= kWarpTopSlots
   const uint64_t v = lane < n ? sm.tops[lane] : 0;
-  // All 32 slots are read at once (a read behind a branch or a loop bound would wait for the one
+  // All slots are read at once (a read behind a branch or a loop bound would wait for the one
   // before it); slots past n, from an earlier row or unset, are masked.
-  uint64_t tops[32];
+  uint64_t tops[kWarpTopSlots];
 #pragma unroll
-  for (int u = 0; u < 32; ++u) tops[u] = sm.tops[u];
+  for (int u = 0; u < kWarpTopSlots; ++u) tops[u] = sm.tops[u];
   int above = 0;
 #pragma unroll
-  for (int u = 0; u < 32; ++u) above += (u < n && tops[u] > v) ? 1 : 0;
+  for (int u = 0; u < kWarpTopSlots; ++u) above += (u < n && tops[u] > v) ? 1 : 0;
   const uint32_t hit = __ballot_sync(0xFFFFFFFFu, v != 0 && above == kept - 1);
   return hit != 0 ? __shfl_sync(0xFFFFFFFFu, v, __ffs(hit) - 1) : 0;
 }
