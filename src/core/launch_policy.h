@@ -11,6 +11,13 @@
 #include <algorithm>
 #include <cstdint>
 
+// The balanced indexer mapping's helpers run in the score kernel too.
+#if defined(__CUDACC__)
+#define MSA_POLICY_HD __host__ __device__ __forceinline__
+#else
+#define MSA_POLICY_HD inline
+#endif
+
 namespace msa {
 namespace detail {
 
@@ -30,7 +37,70 @@ struct IndexLaunchPlan {
   // CTA has started (true) or once each has scored its blocks (false); either way it waits for
   // the scores before reading them.
   bool early_select = false;
+  // > 0: a decode grid of balanced_ctas CTAs (grid (1, balanced_ctas)) instead of row_tiles x
+  // chunks. The CTAs read every request's length and take equal shares of the requests' visible
+  // blocks (balanced_share over balanced_units), each share scored in pieces of up to
+  // blocks_per_cta blocks of one request.
+  int64_t balanced_ctas = 0;
 };
+
+// Requests a balanced grid can map (the score CTA keeps their prefix sums in shared memory).
+constexpr int64_t kIndexBalancedMaxRequests = 1024;
+
+// Blocks [begin, end).
+struct BlockRange {
+  int64_t begin = 0, end = 0;
+};
+
+// The blocks a request contributes to the balanced mapping: its visible blocks (ceil(len /
+// block_size), at most max_blocks), and one for a request with none, so that one CTA still
+// resolves it (and reports a bad length) as chunk 0 of the static grid does.
+MSA_POLICY_HD int64_t balanced_units(int64_t len, int64_t block_size, int64_t max_blocks) {
+  const int64_t visible = len > 0 ? (len + block_size - 1) / block_size : 0;
+  return visible < 1 ? 1 : (visible > max_blocks ? max_blocks : visible);
+}
+
+// The units [begin, end) of `total` owned by CTA `cta` of `ctas` (shares differ by at most one).
+MSA_POLICY_HD BlockRange balanced_share(int64_t total, int64_t ctas, int64_t cta) {
+  return BlockRange{total * cta / ctas, total * (cta + 1) / ctas};
+}
+
+// A balanced CTA walks its share request by request, in pieces of at most kIndexMaxBlocksPerCta
+// blocks: the piece at cursor (tile, b0) is blocks [b0, b0 + bpc) of request `tile`. `ends` holds
+// the inclusive prefix sums of the nreq requests' units (request r owns units [ends[r - 1],
+// ends[r])). balanced_first gives the first cursor of a share, balanced_piece the piece at a
+// cursor and the cursor after it, or false once the share is done.
+struct BalancedCursor {
+  int32_t tile = 0, b0 = 0;
+};
+MSA_POLICY_HD BalancedCursor balanced_first(const int32_t* ends, int32_t nreq, BlockRange share) {
+  int32_t lo = 0, hi = nreq;  // the first request whose units end past the share's start
+  while (lo < hi) {
+    const int32_t mid = (lo + hi) / 2;
+    if (ends[mid] > share.begin) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  const int64_t start = lo == 0 ? 0 : ends[lo - 1];
+  return BalancedCursor{
+      lo, lo < nreq && share.begin > start ? static_cast<int32_t>(share.begin - start) : 0};
+}
+MSA_POLICY_HD bool balanced_piece(const int32_t* ends, int32_t nreq, BlockRange share,
+                                  BalancedCursor at, int32_t* bpc, BalancedCursor* next) {
+  if (at.tile >= nreq) return false;
+  const int64_t start = at.tile == 0 ? 0 : ends[at.tile - 1];
+  if (start >= share.end) return false;
+  const int64_t end = ends[at.tile] < share.end ? ends[at.tile] : share.end;
+  const auto limit = static_cast<int32_t>(end - start);
+  if (at.b0 >= limit) return false;  // an empty share
+  const bool more = at.b0 + kIndexMaxBlocksPerCta < limit;
+  *bpc = more ? kIndexMaxBlocksPerCta : limit - at.b0;
+  *next = more ? BalancedCursor{at.tile, at.b0 + kIndexMaxBlocksPerCta}
+               : BalancedCursor{at.tile + 1, 0};
+  return true;
+}
 
 // Largest cluster Hopper schedules (non-portable; 8 is portable).
 constexpr int kIndexMaxClusterSize = 16;
@@ -98,7 +168,8 @@ constexpr int kIndexMinBlocksPerCtaPastSms = 2;
 // (bench/README.md).
 inline IndexLaunchPlan plan_index_launch(int64_t row_tiles, int64_t max_blocks, int sm_count,
                                          int ctas_per_sm, bool decode = false,
-                                         const IndexClusterLimits& clusters = {}) {
+                                         const IndexClusterLimits& clusters = {},
+                                         int balanced_ctas_per_sm = 0) {
   IndexLaunchPlan p;
   p.row_tiles = row_tiles;
   if (row_tiles <= 0 || max_blocks <= 0) return p;
@@ -112,6 +183,12 @@ inline IndexLaunchPlan plan_index_launch(int64_t row_tiles, int64_t max_blocks, 
   p.chunks = chunks_of(bpc);
   p.early_select = bpc <= kIndexEarlySelectMaxBlocks && row_tiles * p.chunks <= wave &&
                    max_blocks <= kIndexClusterSelectMaxBlocks;
+  if (balanced_ctas_per_sm > 0 && decode && row_tiles <= kIndexBalancedMaxRequests &&
+      row_tiles * max_blocks <= INT32_MAX && row_tiles * p.chunks > wave) {
+    p.balanced_ctas = int64_t{balanced_ctas_per_sm} * sms;
+    p.early_select = false;
+    return p;
+  }
   const int max_size = std::min(clusters.max_size, kIndexMaxClusterSize);
   if (!decode || max_size < 1 || max_blocks > kIndexClusterSelectMaxBlocks) return p;
   const int grow_to = 2 * row_tiles * p.chunks >= wave ? kIndexClusterGrowBlocks : bpc;
@@ -130,9 +207,6 @@ inline IndexLaunchPlan plan_index_launch(int64_t row_tiles, int64_t max_blocks, 
 
 // Blocks [begin, end) of a row tile owned by the CTA of chunk `chunk` (the kernels compute the
 // same from blockIdx.y); end is clipped to max_blocks.
-struct BlockRange {
-  int64_t begin = 0, end = 0;
-};
 inline BlockRange index_cta_blocks(const IndexLaunchPlan& p, int64_t chunk, int64_t max_blocks) {
   const int64_t begin = chunk * p.blocks_per_cta;
   return BlockRange{std::min(begin, max_blocks), std::min(begin + p.blocks_per_cta, max_blocks)};

@@ -34,6 +34,17 @@
 //      (while it runs, after one-wave grids of short CTAs: plan.early_select), resolve their
 //      rows, and wait for the scores (griddepcontrol), so its launch and first loads are off the
 //      call's critical path (8K x 1: 11.5 -> 9.4 us).
+//   Decode calls over e4m3 keys whose static grid would take more than one wave (batch 16 at
+//   128K, 4 at 512K, 64 at 32K on the H200) run index_score_mma_balanced_kernel instead, on one
+//   wave of CTAs (plan.balanced_ctas): every CTA reads all request lengths, takes the prefix sum
+//   of their visible blocks and scores an equal share of them, request by request in pieces of
+//   up to 32 blocks (the same scoring code; detail::balanced_share / balanced_piece). A static
+//   CTA's work is fixed by the plan, so in a ragged batch the CTAs of short requests idle while
+//   the long ones stream; the shares keep every SM streaming: ragged e4m3 index calls 10-31%
+//   faster (512K x 4 62.5 -> 43.3 us, 128K x 64 200 -> 182), uniform ones within -3..+2.3%
+//   (bench/results/2026-11-30-index-balanced-grid-ab/). bf16 keys keep the static grid: their
+//   4-tile scorer is at its 128-register bound, and the balanced loop's state spilled inside its
+//   tile loop (1.9x slower).
 //   Decode calls with tables of at most 256 columns whose score CTAs of a request fit as one
 //   thread-block cluster, one cluster per request all resident at once (plan_index_launch;
 //   batch 8 at 8K on the H200), run index_score_mma_cluster_kernel alone instead: after a cluster
@@ -135,11 +146,13 @@ ScoreKernel simt_score_kernel(int upl) {
 
 using ClusterScoreKernel = void (*)(IndexScoreParams, IndexSelectParams);
 
-// One tensor-core scorer instance: kCluster selects the cluster-selecting decode variant.
-template <typename CacheT, int CH, bool kF16, bool kCluster, int kNTiles>
+// One tensor-core scorer instance of the grid mapping kGrid.
+template <typename CacheT, int CH, bool kF16, ScoreGrid kGrid, int kNTiles>
 auto mma_instance() {
-  if constexpr (kCluster) {
+  if constexpr (kGrid == ScoreGrid::kClusterSelect) {
     return index_score_mma_cluster_kernel<CacheT, CH, kF16, kNTiles>;
+  } else if constexpr (kGrid == ScoreGrid::kBalanced) {
+    return index_score_mma_balanced_kernel<CacheT, CH, kF16, kNTiles>;
   } else {
     return index_score_mma_kernel<CacheT, CH, kF16, kNTiles>;
   }
@@ -157,45 +170,54 @@ bool one_query_tile(const IndexProblem& pb) {
 }
 
 // The tensor-core scorer for head dim 64 x chunks (1..4).
-template <typename CacheT, bool kF16, bool kCluster, int kNTiles>
+template <typename CacheT, bool kF16, ScoreGrid kGrid, int kNTiles>
 auto mma_for_chunks(int64_t chunks) {
   switch (chunks) {
     case 1:
-      return mma_instance<CacheT, 1, kF16, kCluster, kNTiles>();
+      return mma_instance<CacheT, 1, kF16, kGrid, kNTiles>();
     case 2:
-      return mma_instance<CacheT, 2, kF16, kCluster, kNTiles>();
+      return mma_instance<CacheT, 2, kF16, kGrid, kNTiles>();
     case 3:
-      return mma_instance<CacheT, 3, kF16, kCluster, kNTiles>();
+      return mma_instance<CacheT, 3, kF16, kGrid, kNTiles>();
     default:
-      return mma_instance<CacheT, 4, kF16, kCluster, kNTiles>();
+      return mma_instance<CacheT, 4, kF16, kGrid, kNTiles>();
   }
 }
 
-template <typename CacheT, bool kF16, bool kCluster>
+template <typename CacheT, bool kF16, ScoreGrid kGrid>
 auto mma_for_problem(const IndexProblem& pb) {
   const int64_t chunks = pb.head_dim() / 64;
   if constexpr (std::is_same_v<CacheT, uint8_t>) {
-    if (one_query_tile(pb)) return mma_for_chunks<CacheT, kF16, kCluster, 1>(chunks);
+    if (one_query_tile(pb)) return mma_for_chunks<CacheT, kF16, kGrid, 1>(chunks);
   }
-  return mma_for_chunks<CacheT, kF16, kCluster, kMaxScoreRowHeads / 8>(chunks);
+  return mma_for_chunks<CacheT, kF16, kGrid, kMaxScoreRowHeads / 8>(chunks);
 }
 
 // The tensor-core scorer of a problem (head dim a multiple of 64). Both operands e4m3 are
 // multiplied as f16, which converts from e4m3 in one instruction per pair.
-template <bool kCluster>
+template <ScoreGrid kGrid>
 auto mma_kernel(const IndexProblem& pb) {
   if (pb.index_cache.dtype == DType::kBF16) {
-    return mma_for_problem<__nv_bfloat16, false, kCluster>(pb);
+    return mma_for_problem<__nv_bfloat16, false, kGrid>(pb);
   }
-  return pb.index_q.dtype == DType::kE4M3 ? mma_for_problem<uint8_t, true, kCluster>(pb)
-                                          : mma_for_problem<uint8_t, false, kCluster>(pb);
+  return pb.index_q.dtype == DType::kE4M3 ? mma_for_problem<uint8_t, true, kGrid>(pb)
+                                          : mma_for_problem<uint8_t, false, kGrid>(pb);
 }
 
-ClusterScoreKernel cluster_score_kernel(const IndexProblem& pb) { return mma_kernel<true>(pb); }
+ClusterScoreKernel cluster_score_kernel(const IndexProblem& pb) {
+  return mma_kernel<ScoreGrid::kClusterSelect>(pb);
+}
+
+// The balanced-grid scorer of a decode problem over e4m3 keys (head dim a multiple of 64).
+ScoreKernel balanced_score_kernel(const IndexProblem& pb) {
+  return pb.index_q.dtype == DType::kE4M3
+             ? mma_for_problem<uint8_t, true, ScoreGrid::kBalanced>(pb)
+             : mma_for_problem<uint8_t, false, ScoreGrid::kBalanced>(pb);
+}
 
 // The score kernel of a problem: tensor cores for head dims multiple of 64, SIMT otherwise.
 ScoreKernel score_kernel(const IndexProblem& pb) {
-  if (pb.head_dim() % 64 == 0) return mma_kernel<false>(pb);
+  if (pb.head_dim() % 64 == 0) return mma_kernel<ScoreGrid::kStatic>(pb);
   const int upl = static_cast<int>((pb.head_dim() / 8 + 7) / 8);
   return pb.index_cache.dtype == DType::kBF16 ? simt_score_kernel<__nv_bfloat16>(upl)
                                               : simt_score_kernel<uint8_t>(upl);
@@ -231,12 +253,22 @@ detail::IndexClusterLimits query_cluster_limits(ClusterScoreKernel kernel) {
 struct ScoreLaunchInfo {
   int ctas_per_sm = 1;                  // resident_ctas_per_sm
   detail::IndexClusterLimits clusters;  // of the cluster-selecting variant; none for SIMT
+  int balanced_ctas_per_sm = 0;         // of the balanced-grid variant; 0 for SIMT
 };
 
 ScoreLaunchInfo query_launch_info(const IndexProblem& pb) {
   ScoreLaunchInfo info;
   info.ctas_per_sm = resident_ctas_per_sm(score_kernel(pb));
-  if (pb.head_dim() % 64 == 0) info.clusters = query_cluster_limits(cluster_score_kernel(pb));
+  if (pb.head_dim() % 64 == 0) {
+    info.clusters = query_cluster_limits(cluster_score_kernel(pb));
+    // The balanced grid's bf16-key scorer spills inside its tile loop (its loop state does not
+    // fit next to the 4-tile scorer's 128 registers) and was 1.9x slower than the static grid
+    // on the H200, so only e4m3 keys use it, up to head dim 192 (at 256 the e4m3 instances
+    // spill too) (bench/results/2026-11-30-index-balanced-grid-ab/).
+    if (pb.index_cache.dtype == DType::kE4M3 && pb.head_dim() <= 192) {
+      info.balanced_ctas_per_sm = resident_ctas_per_sm(balanced_score_kernel(pb));
+    }
+  }
   return info;
 }
 
@@ -300,7 +332,7 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
   const ScoreLaunchInfo info = launch_info(pb);
   const detail::IndexLaunchPlan plan =
       detail::plan_index_launch(row_tiles, pb.max_blocks(), device_sm_count(), info.ctas_per_sm,
-                                pb.query_len > 0, info.clusters);
+                                pb.query_len > 0, info.clusters, info.balanced_ctas_per_sm);
   if (plan.chunks > 0) {
     if (row_tiles > 0x7FFFFFFF || plan.chunks > 65535) {
       return detail::not_supported("index_topk: batch too large for one CUDA grid (" +
@@ -330,13 +362,19 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
     prm.early_select = plan.early_select;
     const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(plan.chunks));
     const char* name = pb.head_dim() % 64 == 0 ? "index_score_mma_kernel" : "index_score_kernel";
-    if (plan.cluster_select) {
+    if (plan.balanced_ctas > 0) {
+      MSA_RETURN_IF_ERROR(launch_kernel("index_score_mma_balanced_kernel",
+                                        balanced_score_kernel(pb),
+                                        dim3(1, static_cast<unsigned>(plan.balanced_ctas)),
+                                        dim3(kScoreThreads), 0, cuda_stream, prm));
+    } else if (plan.cluster_select) {
       return launch_kernel_clustered("index_score_mma_cluster_kernel", cluster_score_kernel(pb),
                                      grid, dim3(kScoreThreads), 0, cuda_stream, dim3(1, grid.y, 1),
                                      prm, sel);
+    } else {
+      MSA_RETURN_IF_ERROR(
+          launch_kernel(name, kernel, grid, dim3(kScoreThreads), 0, cuda_stream, prm));
     }
-    MSA_RETURN_IF_ERROR(
-        launch_kernel(name, kernel, grid, dim3(kScoreThreads), 0, cuda_stream, prm));
   }
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.num_heads()));
   if (plan.chunks == 0) {

@@ -54,6 +54,11 @@ struct IndexScoreParams {
   bool early_select;
 };
 
+// How a tensor-core score grid maps CTAs to blocks: row tile x chunk (static), the same with the
+// chunks of a request one cluster that selects its top-k (cluster_select_topk), or equal shares
+// of all requests' visible blocks found at run time (IndexLaunchPlan::balanced_ctas).
+enum class ScoreGrid { kStatic, kClusterSelect, kBalanced };
+
 // Total order of spec A3 as one 64-bit key: tier (init 2 > local 1 > scored 0) in bits 62-63,
 // the ordered score in bits 30-61 (forced tiers use 0, so they tie), and 0x3FFFFFFF - block in
 // bits 0-29 so that equal scores go to the lower block id. Keys are distinct per block.
@@ -793,9 +798,10 @@ __device__ void cluster_select_topk(const IndexScoreParams& prm, const IndexSele
 // kNTiles: n-tiles of 8 query vectors held per segment (kMaxScoreRowHeads / 8, or 1 for the
 // launcher's decode instances, which do without the unrolled code and registers of three unused
 // accumulator tiles).
-template <typename CacheT, int CH, bool kF16, bool kClusterSelect, int kNTiles>
+template <typename CacheT, int CH, bool kF16, ScoreGrid kGrid, int kNTiles>
 __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
                                           const IndexSelectParams* sel) {
+  constexpr bool kClusterSelect = kGrid == ScoreGrid::kClusterSelect;
   static_assert(!kF16 || std::is_same_v<CacheT, uint8_t>, "the f16 path is for e4m3 keys");
   static_assert(kNTiles >= 1 && kNTiles * 8 <= kMaxScoreRowHeads, "n-tiles per segment");
   using Raw = typename IndexKeyLoad<CacheT>::Raw;
@@ -810,9 +816,6 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
   const int64_t bs = prm.rows.block_size;
   const int64_t T = prm.rows.num_rows;
   const int64_t max_blocks = prm.rows.max_blocks;
-  const int64_t tile_start = static_cast<int64_t>(blockIdx.x) * prm.rows_per_tile;
-  const int64_t tile_end = min(T, tile_start + prm.rows_per_tile);
-  const int64_t b0 = static_cast<int64_t>(blockIdx.y) * prm.blocks_per_cta;
   const int tiles_per_block = static_cast<int>(bs / 16);
   const CacheT* cache = static_cast<const CacheT*>(prm.cache);
   const int key_stride = static_cast<int>(prm.cache_stride_key);
@@ -828,178 +831,243 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
       fill_query_fragments<uint8_t, CH>(prm, row0, nrh, q_s);
     }
   };
-  // Decode: the tile is request blockIdx.x with all of its rows, known without reading seq_lens,
-  // so its queries and this CTA's page ids (in bounds of the block-table row whatever the
-  // length) are loaded while the seq_lens load is in flight: one round trip instead of two.
-  const bool early =
-      prm.rows.cu_seqlens_q == nullptr && blockIdx.x < static_cast<unsigned>(prm.rows.num_requests);
-  if (early) {
-    const int32_t* len = prm.rows.seq_lens + blockIdx.x * prm.rows.seq_lens_stride;
-    prefetch_l1(len);
-    const int64_t b = b0 + threadIdx.x;
-    int32_t page = 0;
-    const bool has_page = static_cast<int>(threadIdx.x) < prm.blocks_per_cta && b < max_blocks;
-    if (has_page) page = prm.block_table[blockIdx.x * prm.bt_stride_req + b * prm.bt_stride_block];
-    fill_queries(tile_start, static_cast<int>(tile_end - tile_start) * H);
-    if (has_page) s_page[threadIdx.x] = page;
-  }
-  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
-    check_cu_seqlens(prm.rows, prm.error_flags);
-  }
-  for (int64_t row0 = tile_start; row0 < tile_end;) {
-    const RowInfo info = resolve_row(
-        prm.rows, row0, (threadIdx.x == 0 && blockIdx.y == 0) ? prm.error_flags : nullptr);
-    const int64_t row1 = min(info.seg_end, tile_end);
-    const int64_t max_pos = info.pos_base + row1 - 1;  // the segment's last row sees the most
-    if (info.req < 0 || max_pos < b0 * bs) {
-      row0 = row1;
-      continue;
+  // Scores blocks [b0, b0 + bpc) of row tile `tile` (bpc <= kMaxScoreBlocks); `report`: this CTA
+  // reports the tile's bad lengths (the one that scores its first block).
+  auto score_piece = [&](int64_t tile, int64_t b0, int bpc, bool report) {
+    const int64_t tile_start = tile * prm.rows_per_tile;
+    const int64_t tile_end = min(T, tile_start + prm.rows_per_tile);
+    // Decode: the tile is request `tile` with all of its rows, known without reading seq_lens,
+    // so its queries and this CTA's page ids (in bounds of the block-table row whatever the
+    // length) are loaded while the seq_lens load is in flight: one round trip instead of two.
+    const bool early = prm.rows.cu_seqlens_q == nullptr && tile < prm.rows.num_requests;
+    if (early) {
+      const int32_t* len = prm.rows.seq_lens + tile * prm.rows.seq_lens_stride;
+      prefetch_l1(len);
+      const int64_t b = b0 + threadIdx.x;
+      int32_t page = 0;
+      const bool has_page = static_cast<int>(threadIdx.x) < bpc && b < max_blocks;
+      if (has_page) page = prm.block_table[tile * prm.bt_stride_req + b * prm.bt_stride_block];
+      fill_queries(tile_start, static_cast<int>(tile_end - tile_start) * H);
+      if (has_page) s_page[threadIdx.x] = page;
     }
-    const int nrh = static_cast<int>(row1 - row0) * H;
-    const int ntq = (nrh + 7) / 8;  // n-tiles of 8 query vectors (the padding ones are zero)
-    const int nblk = static_cast<int>(min(b0 + prm.blocks_per_cta, max_pos / bs + 1) - b0);
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+      check_cu_seqlens(prm.rows, prm.error_flags);
+    }
+    for (int64_t row0 = tile_start; row0 < tile_end;) {
+      const RowInfo info =
+          resolve_row(prm.rows, row0, (threadIdx.x == 0 && report) ? prm.error_flags : nullptr);
+      const int64_t row1 = min(info.seg_end, tile_end);
+      const int64_t max_pos = info.pos_base + row1 - 1;  // the segment's last row sees the most
+      if (info.req < 0 || max_pos < b0 * bs) {
+        row0 = row1;
+        continue;
+      }
+      const int nrh = static_cast<int>(row1 - row0) * H;
+      const int ntq = (nrh + 7) / 8;  // n-tiles of 8 query vectors (the padding ones are zero)
+      const int nblk = static_cast<int>(min(b0 + bpc, max_pos / bs + 1) - b0);
 
-    __syncthreads();  // the previous segment is done with q_s and block_max
-    if (!early) {
-      fill_queries(row0, nrh);
-      for (int i = threadIdx.x; i < nblk; i += kScoreThreads) {
-        s_page[i] = prm.block_table[info.req * prm.bt_stride_req + (b0 + i) * prm.bt_stride_block];
-      }
-    }
-    for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
-      block_max[i] = ordered_f32(-INFINITY);
-    }
-    __syncthreads();
-
-    // A warp's tiles are (bl, tin): 16-key tile tin of the chunk's block bl, stepping by
-    // kScoreWarps tiles with 32-bit counters; offsets within a page are 32-bit (the launcher
-    // bounds block_size x key stride), so a tile's addresses cost one 64-bit page base.
-    struct TilePos {
-      int bl, tin;
-    };
-    auto advance = [&](TilePos p) {
-      p.tin += kScoreWarps;
-      while (p.tin >= tiles_per_block) {
-        p.tin -= tiles_per_block;
-        ++p.bl;
-      }
-      return p;
-    };
-    const int64_t key_limit = max_pos - b0 * bs;  // chunk-relative keys past it are seen by no row
-    // A tile's key fragments, or false when the warp skips it (no row of the segment sees its
-    // keys, or its page id is bad: the block keeps score -inf). The loop below keeps the next
-    // tile's loads in flight while it multiplies the current one (a register double buffer).
-    struct Frag {
-      Raw r[CH][2][2];  // [chunk][j][key g, key g + 8]
-    };
-    auto load_tile = [&](TilePos tp, Frag& raw) -> bool {
-      if (tp.bl >= nblk) return false;
-      const int in_block = tp.tin * 16;
-      if (tp.bl * bs + in_block > key_limit) return false;  // warp-uniform
-      const int32_t page = s_page[tp.bl];
-      if (page < 0 || page >= prm.num_cache_blocks) {
-        if (lane == 0 && in_block == 0) raise_error(prm.error_flags, kDeviceErrorBlockId);
-        return false;
-      }
-      const CacheT* kbase =
-          cache + page * prm.cache_stride_page + (in_block * key_stride + lane_key);
-#pragma unroll
-      for (int c = 0; c < CH; ++c) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            raw.r[c][j][r] =
-                __ldg(reinterpret_cast<const Raw*>(kbase + r * 8 * key_stride + c * 64 + j * 32));
-          }
+      __syncthreads();  // the previous segment is done with q_s and block_max
+      if (!early) {
+        fill_queries(row0, nrh);
+        for (int i = threadIdx.x; i < nblk; i += kScoreThreads) {
+          s_page[i] =
+              prm.block_table[info.req * prm.bt_stride_req + (b0 + i) * prm.bt_stride_block];
         }
       }
-      return true;
-    };
-    TilePos tp{warp / tiles_per_block, warp % tiles_per_block};
-    Frag raw;
-    bool have = load_tile(tp, raw);
-    while (tp.bl < nblk) {
-      Frag next;
-      const TilePos tp_next = advance(tp);
-      const bool have_next = load_tile(tp_next, next);
-      const int bl = tp.bl;
-      const int64_t key0 = (b0 + bl) * bs + tp.tin * 16;
-      if (have) {
-        float acc[kNTiles][4];
-#pragma unroll
-        for (int n = 0; n < kNTiles; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+      for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
+        block_max[i] = ordered_f32(-INFINITY);
+      }
+      __syncthreads();
+
+      // A warp's tiles are (bl, tin): 16-key tile tin of the chunk's block bl, stepping by
+      // kScoreWarps tiles with 32-bit counters; offsets within a page are 32-bit (the launcher
+      // bounds block_size x key stride), so a tile's addresses cost one 64-bit page base.
+      struct TilePos {
+        int bl, tin;
+      };
+      auto advance = [&](TilePos p) {
+        p.tin += kScoreWarps;
+        while (p.tin >= tiles_per_block) {
+          p.tin -= tiles_per_block;
+          ++p.bl;
         }
+        return p;
+      };
+      const int64_t key_limit =
+          max_pos - b0 * bs;  // chunk-relative keys past it are seen by no row
+      // A tile's key fragments, or false when the warp skips it (no row of the segment sees its
+      // keys, or its page id is bad: the block keeps score -inf). The loop below keeps the next
+      // tile's loads in flight while it multiplies the current one (a register double buffer).
+      struct Frag {
+        Raw r[CH][2][2];  // [chunk][j][key g, key g + 8]
+      };
+      auto load_tile = [&](TilePos tp, Frag& raw) -> bool {
+        if (tp.bl >= nblk) return false;
+        const int in_block = tp.tin * 16;
+        if (tp.bl * bs + in_block > key_limit) return false;  // warp-uniform
+        const int32_t page = s_page[tp.bl];
+        if (page < 0 || page >= prm.num_cache_blocks) {
+          if (lane == 0 && in_block == 0) raise_error(prm.error_flags, kDeviceErrorBlockId);
+          return false;
+        }
+        const CacheT* kbase =
+            cache + page * prm.cache_stride_page + (in_block * key_stride + lane_key);
 #pragma unroll
         for (int c = 0; c < CH; ++c) {
 #pragma unroll
-          for (int s = 0; s < 4; ++s) {
-            uint32_t a[4];
-            a_fragment<kF16>(raw.r[c][s >> 1], s & 1, a);
+          for (int j = 0; j < 2; ++j) {
 #pragma unroll
-            for (int n = 0; n < kNTiles; ++n) {
-              if (n < ntq) {  // warp-uniform
-                if constexpr (kF16) {
-                  mma_f16_m16n8k16(acc[n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
-                } else {
-                  mma_bf16_m16n8k16(acc[n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
+            for (int r = 0; r < 2; ++r) {
+              raw.r[c][j][r] =
+                  __ldg(reinterpret_cast<const Raw*>(kbase + r * 8 * key_stride + c * 64 + j * 32));
+            }
+          }
+        }
+        return true;
+      };
+      TilePos tp{warp / tiles_per_block, warp % tiles_per_block};
+      Frag raw;
+      bool have = load_tile(tp, raw);
+      while (tp.bl < nblk) {
+        Frag next;
+        const TilePos tp_next = advance(tp);
+        const bool have_next = load_tile(tp_next, next);
+        const int bl = tp.bl;
+        const int64_t key0 = (b0 + bl) * bs + tp.tin * 16;
+        if (have) {
+          float acc[kNTiles][4];
+#pragma unroll
+          for (int n = 0; n < kNTiles; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+          }
+#pragma unroll
+          for (int c = 0; c < CH; ++c) {
+#pragma unroll
+            for (int s = 0; s < 4; ++s) {
+              uint32_t a[4];
+              a_fragment<kF16>(raw.r[c][s >> 1], s & 1, a);
+#pragma unroll
+              for (int n = 0; n < kNTiles; ++n) {
+                if (n < ntq) {  // warp-uniform
+                  if constexpr (kF16) {
+                    mma_f16_m16n8k16(acc[n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
+                  } else {
+                    mma_bf16_m16n8k16(acc[n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
+                  }
                 }
               }
             }
           }
-        }
-        // acc[n] = {key g x query 2t, key g x query 2t+1, key g+8 x query 2t, key g+8 x 2t+1}.
+          // acc[n] = {key g x query 2t, key g x query 2t+1, key g+8 x query 2t, key g+8 x 2t+1}.
 #pragma unroll
-        for (int n = 0; n < kNTiles; ++n) {
-          if (n >= ntq) break;
-          const int rh0 = n * 8 + 2 * tq;
-          const int64_t pos0 = info.pos_base + row0 + rh0 / H;
-          const int64_t pos1 = info.pos_base + row0 + (rh0 + 1) / H;
-          const int64_t k_lo = key0 + g, k_hi = key0 + g + 8;
-          float m0 = -INFINITY, m1 = -INFINITY;
+          for (int n = 0; n < kNTiles; ++n) {
+            if (n >= ntq) break;
+            const int rh0 = n * 8 + 2 * tq;
+            const int64_t pos0 = info.pos_base + row0 + rh0 / H;
+            const int64_t pos1 = info.pos_base + row0 + (rh0 + 1) / H;
+            const int64_t k_lo = key0 + g, k_hi = key0 + g + 8;
+            float m0 = -INFINITY, m1 = -INFINITY;
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float v = acc[n][e];
-            if (isnan(v)) v = -1e30f;  // spec A12
-            const int64_t key = e < 2 ? k_lo : k_hi;
-            if ((e & 1) == 0) {
-              if (key <= pos0) m0 = fmaxf(m0, v);
-            } else {
-              if (key <= pos1) m1 = fmaxf(m1, v);
+            for (int e = 0; e < 4; ++e) {
+              float v = acc[n][e];
+              if (isnan(v)) v = -1e30f;  // spec A12
+              const int64_t key = e < 2 ? k_lo : k_hi;
+              if ((e & 1) == 0) {
+                if (key <= pos0) m0 = fmaxf(m0, v);
+              } else {
+                if (key <= pos1) m1 = fmaxf(m1, v);
+              }
+            }
+#pragma unroll
+            for (int off = 4; off < 32; off <<= 1) {
+              m0 = fmaxf(m0, __shfl_xor_sync(0xFFFFFFFFu, m0, off));
+              m1 = fmaxf(m1, __shfl_xor_sync(0xFFFFFFFFu, m1, off));
+            }
+            if (g == 0) {
+              if (rh0 < nrh) atomicMax(&block_max[bl * nrh + rh0], ordered_f32(m0));
+              if (rh0 + 1 < nrh) atomicMax(&block_max[bl * nrh + rh0 + 1], ordered_f32(m1));
             }
           }
-#pragma unroll
-          for (int off = 4; off < 32; off <<= 1) {
-            m0 = fmaxf(m0, __shfl_xor_sync(0xFFFFFFFFu, m0, off));
-            m1 = fmaxf(m1, __shfl_xor_sync(0xFFFFFFFFu, m1, off));
-          }
-          if (g == 0) {
-            if (rh0 < nrh) atomicMax(&block_max[bl * nrh + rh0], ordered_f32(m0));
-            if (rh0 + 1 < nrh) atomicMax(&block_max[bl * nrh + rh0 + 1], ordered_f32(m1));
+        }
+        have = have_next;
+        raw = next;
+        tp = tp_next;
+      }
+      __syncthreads();
+      // In-cluster selection (decode: one segment) reads the block maxima where they are.
+      if constexpr (!kClusterSelect) {
+        allow_dependent_launch();  // the select kernel may start; it waits for the writes below
+        for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
+          const int bl = i / nrh, rh = i - bl * nrh;
+          const int64_t row = row0 + rh / H;
+          const int64_t pos = info.pos_base + row;
+          const int64_t b = b0 + bl;
+          if (pos >= 0 && b <= pos / bs) {
+            prm.scores[((rh % H) * T + row) * max_blocks + b] = unordered_f32(block_max[i]);
           }
         }
       }
-      have = have_next;
-      raw = next;
-      tp = tp_next;
+      row0 = row1;
+    }
+  };
+  if constexpr (kGrid == ScoreGrid::kBalanced) {
+    // The CTA's share of the concatenated visible blocks of all requests (decode: a row tile is a
+    // request): every CTA reads all lengths, takes the prefix sum of their blocks (at least one
+    // per request, detail::balanced_units) and scores its share request by request, in pieces of
+    // at most kMaxScoreBlocks. A ragged batch then keeps every SM streaming until the end
+    // instead of leaving the CTAs of short requests idle.
+    __shared__ int32_t s_units_end[detail::kIndexBalancedMaxRequests];  // inclusive prefix sums
+    __shared__ int32_t s_warp_units[kScoreWarps];
+    constexpr int kPer = static_cast<int>(detail::kIndexBalancedMaxRequests) / kScoreThreads;
+    const int nreq = prm.rows.num_requests;  // <= kIndexBalancedMaxRequests (the plan's bound)
+    int32_t len[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {  // all loads issued before any is used
+      const int r = min(static_cast<int>(threadIdx.x) * kPer + i, nreq - 1);
+      len[i] = __ldg(prm.rows.seq_lens + r * prm.rows.seq_lens_stride);
+    }
+    int32_t run = 0;
+    int32_t incl_units[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      if (static_cast<int>(threadIdx.x) * kPer + i < nreq) {
+        run += static_cast<int32_t>(detail::balanced_units(len[i], bs, max_blocks));
+      }
+      incl_units[i] = run;
+    }
+    int32_t incl = run;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int32_t v = __shfl_up_sync(0xFFFFFFFFu, incl, off);
+      if (lane >= off) incl += v;
+    }
+    if (lane == 31) s_warp_units[warp] = incl;
+    __syncthreads();
+    int32_t before = incl - run, total = 0;
+#pragma unroll
+    for (int w = 0; w < kScoreWarps; ++w) {
+      const int32_t t = s_warp_units[w];
+      if (w < warp) before += t;
+      total += t;
+    }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int r = static_cast<int>(threadIdx.x) * kPer + i;
+      if (r < nreq) s_units_end[r] = before + incl_units[i];
     }
     __syncthreads();
-    // In-cluster selection (decode: one segment) reads the block maxima where they are.
-    if constexpr (!kClusterSelect) {
-      allow_dependent_launch();  // the select kernel may start; it waits for the writes below
-      for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
-        const int bl = i / nrh, rh = i - bl * nrh;
-        const int64_t row = row0 + rh / H;
-        const int64_t pos = info.pos_base + row;
-        const int64_t b = b0 + bl;
-        if (pos >= 0 && b <= pos / bs) {
-          prm.scores[((rh % H) * T + row) * max_blocks + b] = unordered_f32(block_max[i]);
-        }
-      }
+    const detail::BlockRange share = detail::balanced_share(total, gridDim.y, blockIdx.y);
+    detail::BalancedCursor at = detail::balanced_first(s_units_end, nreq, share);
+    int32_t bpc = 0;
+    detail::BalancedCursor next;
+    while (detail::balanced_piece(s_units_end, nreq, share, at, &bpc, &next)) {
+      score_piece(at.tile, at.b0, bpc, at.b0 == 0);
+      at = next;
     }
-    row0 = row1;
+  } else {
+    score_piece(blockIdx.x, static_cast<int64_t>(blockIdx.y) * prm.blocks_per_cta,
+                prm.blocks_per_cta, blockIdx.y == 0);
   }
   if constexpr (kClusterSelect) {
     __shared__ SelectSmem s_select;
@@ -1011,7 +1079,14 @@ template <typename CacheT, int CH, bool kF16, int kNTiles>
 __global__ void __launch_bounds__(kScoreThreads, 2)
     index_score_mma_kernel(const IndexScoreParams prm) {
   if (prm.early_select) allow_dependent_launch();
-  score_mma<CacheT, CH, kF16, false, kNTiles>(prm, nullptr);
+  score_mma<CacheT, CH, kF16, ScoreGrid::kStatic, kNTiles>(prm, nullptr);
+}
+
+// The balanced decode grid (IndexLaunchPlan::balanced_ctas CTAs in grid.y).
+template <typename CacheT, int CH, bool kF16, int kNTiles>
+__global__ void __launch_bounds__(kScoreThreads, 2)
+    index_score_mma_balanced_kernel(const IndexScoreParams prm) {
+  score_mma<CacheT, CH, kF16, ScoreGrid::kBalanced, kNTiles>(prm, nullptr);
 }
 
 // The decode variant whose grid's chunks of a request (grid.y) are one thread-block cluster that
@@ -1019,7 +1094,7 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
 template <typename CacheT, int CH, bool kF16, int kNTiles>
 __global__ void __launch_bounds__(kScoreThreads, 2)
     index_score_mma_cluster_kernel(const IndexScoreParams prm, const IndexSelectParams sel) {
-  score_mma<CacheT, CH, kF16, true, kNTiles>(prm, &sel);
+  score_mma<CacheT, CH, kF16, ScoreGrid::kClusterSelect, kNTiles>(prm, &sel);
 }
 
 }  // namespace cuda

@@ -665,6 +665,34 @@ TEST(IndexTopk, ManyDecodeRequestsEitherSelectionPath) {
   }
 }
 
+// A ragged decode batch whose static grid is more than one wave of score CTAs: with e4m3 keys
+// the CUDA indexer then runs one wave of CTAs that share all requests' visible blocks, found from
+// the lengths at run time (core/launch_policy.h, balanced_ctas). On the H200: 100 requests with
+// 128-column tables of 64-token blocks (400 static CTAs of 32 blocks; a wave holds 264).
+// Padding requests, every block-boundary case and random lengths; the one-tile scorer (e4m3
+// queries, one row) and the four-tile one (bf16 queries, 4 rows x 2 heads).
+BatchSpec balanced_spec(DType q_dtype, int64_t heads, int query_len, uint64_t seed) {
+  BatchSpec s;
+  s.q_dtype = q_dtype;
+  s.k_dtype = DType::kE4M3;
+  s.heads = heads;
+  s.query_len = query_len;
+  s.block_size = 64;
+  s.table_cols = 128;
+  s.seq_lens = {0, 1, 63, 64, 65, 8192, 8191, 4096 + 33, 0};
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> len(0, 8192);
+  while (s.seq_lens.size() < 100) s.seq_lens.push_back(len(rng));
+  s.seed = seed;
+  return s;
+}
+
+TEST(IndexTopk, ManyRaggedRequestsBalancedGrid) {
+  MSA_REQUIRE_TEST_DEVICE();
+  run_and_check(balanced_spec(DType::kE4M3, 1, 1, 31));
+  run_and_check(balanced_spec(DType::kBF16, 2, 4, 32));
+}
+
 TEST(IndexTopk, FewVisibleBlocksSelectsAll) {
   MSA_REQUIRE_TEST_DEVICE();
   BatchSpec s;
@@ -977,6 +1005,31 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, IndexTopkBadDecodeValues,
                          [](const ::testing::TestParamInfo<DType>& p) {
                            return std::string(dtype_name(p.param));
                          });
+
+// Bad values in a batch that takes the balanced grid on CUDA (balanced_spec): the piece that
+// holds a request's block 0 reports a bad length, any piece a bad page id.
+TEST(IndexTopkBadInput, ValuesInBalancedGrid) {
+  MSA_REQUIRE_TEST_DEVICE();
+  Batch b = make_batch(balanced_spec(DType::kE4M3, 1, 1, 33), test_device());
+  const IndexTopkDecodeArgs a = decode_args(b);
+  const int64_t mb = b.oracle_in.max_blocks;
+  const int64_t num_blocks = b.index_cache.shape()[0];
+  const double page = b.block_table.get({5, 100});  // request 5 sees all 128 blocks
+
+  b.block_table.set({5, 100}, static_cast<double>(num_blocks));
+  expect_bad_value(b, a, kDeviceErrorBlockId, "block id >= num_blocks");
+  b.block_table.set({5, 100}, page);
+
+  b.seq_lens.set_flat(60, static_cast<double>(64 * mb + 1));
+  expect_bad_value(b, a, kDeviceErrorSeqLen, "seq_len beyond the block table");
+  b.seq_lens.set_flat(60, 0);
+
+  upload_all(b);
+  const Status st = run_batch(b, b.topk_out.view(), Stream());
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  b.flags.download();
+  EXPECT_EQ(b.flags.get_flat(0), 0.0);
+}
 
 TEST(IndexTopkBadInput, ValuesPrefill) {
   MSA_REQUIRE_TEST_DEVICE();

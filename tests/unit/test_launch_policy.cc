@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -215,6 +217,105 @@ TEST(LaunchPolicy, IndexCoversEveryBlockExactlyOnce) {
           }
         }
       }
+    }
+  }
+}
+
+TEST(LaunchPolicy, IndexBalancesDecodeGridsPastOneWave) {
+  // Batch 64 at 128K with a balanced-capable scorer: one wave of 264 CTAs sharing the blocks.
+  IndexLaunchPlan p = plan_index_launch(64, 1024, kH200Sms, kScoreCtas, true, {}, kScoreCtas);
+  EXPECT_EQ(p.balanced_ctas, kH200Wave);
+  EXPECT_FALSE(p.early_select);
+  // The balanced kernel's own occupancy sizes the wave.
+  EXPECT_EQ(plan_index_launch(64, 1024, kH200Sms, kScoreCtas, true, {}, 1).balanced_ctas, kH200Sms);
+  // Batch 4 at 512K, 16 at 128K and 64 at 32K also take more than a wave of 32-block CTAs.
+  for (const auto& [tiles, nb] : {std::pair<int64_t, int64_t>{4, 4096}, {16, 1024}, {64, 256}}) {
+    EXPECT_GT(
+        plan_index_launch(tiles, nb, kH200Sms, kScoreCtas, true, {}, kScoreCtas).balanced_ctas, 0)
+        << tiles << " x " << nb;
+  }
+  // Static grids: one wave already holds the blocks (batch 1 at 512K, 16 at 32K), no
+  // balanced-capable scorer (bf16 keys: 0), prefill, or too many requests for the prefix sums.
+  EXPECT_EQ(plan_index_launch(1, 4096, kH200Sms, kScoreCtas, true, {}, kScoreCtas).balanced_ctas,
+            0);
+  EXPECT_EQ(plan_index_launch(16, 256, kH200Sms, kScoreCtas, true, {}, kScoreCtas).balanced_ctas,
+            0);
+  EXPECT_EQ(plan_index_launch(64, 1024, kH200Sms, kScoreCtas, true, {}, 0).balanced_ctas, 0);
+  EXPECT_EQ(plan_index_launch(64, 1024, kH200Sms, kScoreCtas, false, {}, kScoreCtas).balanced_ctas,
+            0);
+  EXPECT_EQ(plan_index_launch(kIndexBalancedMaxRequests + 1, 1024, kH200Sms, kScoreCtas, true, {},
+                              kScoreCtas)
+                .balanced_ctas,
+            0);
+}
+
+// The walk of every CTA of a balanced grid, as the score kernel runs it (balanced_units,
+// balanced_share, balanced_first, balanced_piece): every visible block of every request is scored
+// by exactly one CTA, in pieces of at most kIndexMaxBlocksPerCta blocks of one request, exactly
+// one piece of every request starts at its block 0 (that CTA reports a bad length), and the
+// shares differ by at most one block.
+TEST(LaunchPolicy, IndexBalancedSharesCoverEveryBlockOnce) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t bs = trial % 2 ? 128 : 64;
+    const int64_t max_blocks = 1 + static_cast<int64_t>(rng() % 300);
+    const auto nreq = static_cast<int32_t>(1 + rng() % 200);
+    std::vector<int64_t> lens(static_cast<size_t>(nreq));
+    for (int64_t& len : lens) {
+      switch (rng() % 5) {
+        case 0:
+          len = 0;  // a padding request
+          break;
+        case 1:
+          len = max_blocks * bs + 1 + static_cast<int64_t>(rng() % 100);  // bad: past the table
+          break;
+        default:
+          len = static_cast<int64_t>(rng() % static_cast<uint64_t>(max_blocks * bs + 1));
+      }
+    }
+    std::vector<int32_t> ends(static_cast<size_t>(nreq));
+    int32_t total = 0;
+    for (int32_t r = 0; r < nreq; ++r) {
+      total += static_cast<int32_t>(balanced_units(lens[static_cast<size_t>(r)], bs, max_blocks));
+      ends[static_cast<size_t>(r)] = total;
+    }
+    const int64_t ctas = 1 + static_cast<int64_t>(rng() % 300);
+    std::vector<std::vector<int>> owners(static_cast<size_t>(nreq));
+    for (int32_t r = 0; r < nreq; ++r) {
+      const int64_t start = r == 0 ? 0 : ends[static_cast<size_t>(r) - 1];
+      owners[static_cast<size_t>(r)].assign(
+          static_cast<size_t>(ends[static_cast<size_t>(r)] - start), 0);
+    }
+    std::vector<int> starts(static_cast<size_t>(nreq), 0);
+    for (int64_t cta = 0; cta < ctas; ++cta) {
+      const BlockRange share = balanced_share(total, ctas, cta);
+      EXPECT_LE(share.end - share.begin, (total + ctas - 1) / ctas);
+      EXPECT_GE(share.end - share.begin, total / ctas);
+      int64_t scored = 0;
+      BalancedCursor at = balanced_first(ends.data(), nreq, share);
+      int32_t bpc = 0;
+      BalancedCursor next;
+      while (balanced_piece(ends.data(), nreq, share, at, &bpc, &next)) {
+        ASSERT_GE(bpc, 1);
+        ASSERT_LE(bpc, kIndexMaxBlocksPerCta);
+        std::vector<int>& own = owners[static_cast<size_t>(at.tile)];
+        ASSERT_LE(static_cast<size_t>(at.b0 + bpc), own.size());
+        for (int32_t b = at.b0; b < at.b0 + bpc; ++b) ++own[static_cast<size_t>(b)];
+        if (at.b0 == 0) ++starts[static_cast<size_t>(at.tile)];
+        scored += bpc;
+        at = next;
+      }
+      EXPECT_EQ(scored, share.end - share.begin) << "cta " << cta;
+    }
+    for (int32_t r = 0; r < nreq; ++r) {
+      const int64_t len = lens[static_cast<size_t>(r)];
+      const int64_t visible = len > 0 ? std::min((len + bs - 1) / bs, max_blocks) : 0;
+      const std::vector<int>& own = owners[static_cast<size_t>(r)];
+      ASSERT_EQ(own.size(), static_cast<size_t>(std::max<int64_t>(visible, 1))) << "request " << r;
+      for (size_t b = 0; b < own.size(); ++b) {
+        ASSERT_EQ(own[b], 1) << "request " << r << " block " << b << " trial " << trial;
+      }
+      EXPECT_EQ(starts[static_cast<size_t>(r)], 1) << "request " << r;
     }
   }
 }
