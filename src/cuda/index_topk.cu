@@ -40,7 +40,7 @@
 //   of their visible blocks and scores an equal share of them, request by request in pieces of
 //   up to 32 blocks (the same scoring code; detail::balanced_share / balanced_piece). A static
 //   CTA's work is fixed by the plan, so in a ragged batch the CTAs of short requests idle while
-//   the long ones stream; the shares keep every SM streaming: ragged e4m3 index calls 10-31%
+//   the long ones stream; the shares keep every SM streaming: ragged e4m3 index calls 9-31%
 //   faster (512K x 4 62.5 -> 43.3 us, 128K x 64 200 -> 182), uniform ones within -3..+2.3%
 //   (bench/results/2026-11-30-index-balanced-grid-ab/). bf16 keys keep the static grid: their
 //   4-tile scorer is at its 128-register bound, and the balanced loop's state spilled inside its
@@ -208,11 +208,28 @@ ClusterScoreKernel cluster_score_kernel(const IndexProblem& pb) {
   return mma_kernel<ScoreGrid::kClusterSelect>(pb);
 }
 
-// The balanced-grid scorer of a decode problem over e4m3 keys (head dim a multiple of 64).
+// The balanced-grid scorer of a decode problem over e4m3 keys, head dim 64, 128 or 192 (the
+// only ones query_launch_info lets use it).
+template <bool kF16, int kNTiles>
+ScoreKernel balanced_for_chunks(int64_t chunks) {
+  switch (chunks) {
+    case 1:
+      return mma_instance<uint8_t, 1, kF16, ScoreGrid::kBalanced, kNTiles>();
+    case 2:
+      return mma_instance<uint8_t, 2, kF16, ScoreGrid::kBalanced, kNTiles>();
+    default:
+      return mma_instance<uint8_t, 3, kF16, ScoreGrid::kBalanced, kNTiles>();
+  }
+}
 ScoreKernel balanced_score_kernel(const IndexProblem& pb) {
-  return pb.index_q.dtype == DType::kE4M3
-             ? mma_for_problem<uint8_t, true, ScoreGrid::kBalanced>(pb)
-             : mma_for_problem<uint8_t, false, ScoreGrid::kBalanced>(pb);
+  const int64_t chunks = pb.head_dim() / 64;
+  constexpr int kTiles = kMaxScoreRowHeads / 8;
+  if (pb.index_q.dtype == DType::kE4M3) {
+    return one_query_tile(pb) ? balanced_for_chunks<true, 1>(chunks)
+                              : balanced_for_chunks<true, kTiles>(chunks);
+  }
+  return one_query_tile(pb) ? balanced_for_chunks<false, 1>(chunks)
+                            : balanced_for_chunks<false, kTiles>(chunks);
 }
 
 // The score kernel of a problem: tensor cores for head dims multiple of 64, SIMT otherwise.
