@@ -792,9 +792,11 @@ __device__ void cluster_select_topk(const IndexScoreParams& prm, const IndexSele
 }
 
 // Same decomposition as index_score_kernel (CTA = row tile x chunk of blocks, block maxima via
-// shared-memory atomicMax over ordered floats); a warp scores 16-key tiles with mma.sync.
+// shared-memory atomicMax over ordered floats), or with kGrid == kBalanced a share of all
+// requests' blocks; a warp scores 16-key tiles with mma.sync.
 // CH = head_dim / 64. kF16: e4m3 keys and e4m3 queries, multiplied as f16 (exact like bf16).
-// kClusterSelect: selects in-cluster into *sel (cluster_select_topk) instead of writing scores.
+// kGrid == kClusterSelect: selects in-cluster into *sel (cluster_select_topk) instead of writing
+// scores.
 // kNTiles: n-tiles of 8 query vectors held per segment (kMaxScoreRowHeads / 8, or 1 for the
 // launcher's decode instances, which do without the unrolled code and registers of three unused
 // accumulator tiles).
