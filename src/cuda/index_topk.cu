@@ -169,9 +169,11 @@ bool one_query_tile(const IndexProblem& pb) {
          pb.query_len * pb.num_heads() <= 8;
 }
 
-// The tensor-core scorer for head dim 64 x chunks (1..4).
+// The tensor-core scorer for head dim 64 x chunks (1..4; the balanced grid 1..3, the head dims
+// query_launch_info lets use it).
 template <typename CacheT, bool kF16, ScoreGrid kGrid, int kNTiles>
 auto mma_for_chunks(int64_t chunks) {
+  constexpr int kTopChunks = kGrid == ScoreGrid::kBalanced ? 3 : 4;
   switch (chunks) {
     case 1:
       return mma_instance<CacheT, 1, kF16, kGrid, kNTiles>();
@@ -180,7 +182,7 @@ auto mma_for_chunks(int64_t chunks) {
     case 3:
       return mma_instance<CacheT, 3, kF16, kGrid, kNTiles>();
     default:
-      return mma_instance<CacheT, 4, kF16, kGrid, kNTiles>();
+      return mma_instance<CacheT, kTopChunks, kF16, kGrid, kNTiles>();
   }
 }
 
@@ -208,28 +210,11 @@ ClusterScoreKernel cluster_score_kernel(const IndexProblem& pb) {
   return mma_kernel<ScoreGrid::kClusterSelect>(pb);
 }
 
-// The balanced-grid scorer of a decode problem over e4m3 keys, head dim 64, 128 or 192 (the
-// only ones query_launch_info lets use it).
-template <bool kF16, int kNTiles>
-ScoreKernel balanced_for_chunks(int64_t chunks) {
-  switch (chunks) {
-    case 1:
-      return mma_instance<uint8_t, 1, kF16, ScoreGrid::kBalanced, kNTiles>();
-    case 2:
-      return mma_instance<uint8_t, 2, kF16, ScoreGrid::kBalanced, kNTiles>();
-    default:
-      return mma_instance<uint8_t, 3, kF16, ScoreGrid::kBalanced, kNTiles>();
-  }
-}
+// The balanced-grid scorer of a decode problem over e4m3 keys (head dim 64, 128 or 192).
 ScoreKernel balanced_score_kernel(const IndexProblem& pb) {
-  const int64_t chunks = pb.head_dim() / 64;
-  constexpr int kTiles = kMaxScoreRowHeads / 8;
-  if (pb.index_q.dtype == DType::kE4M3) {
-    return one_query_tile(pb) ? balanced_for_chunks<true, 1>(chunks)
-                              : balanced_for_chunks<true, kTiles>(chunks);
-  }
-  return one_query_tile(pb) ? balanced_for_chunks<false, 1>(chunks)
-                            : balanced_for_chunks<false, kTiles>(chunks);
+  return pb.index_q.dtype == DType::kE4M3
+             ? mma_for_problem<uint8_t, true, ScoreGrid::kBalanced>(pb)
+             : mma_for_problem<uint8_t, false, ScoreGrid::kBalanced>(pb);
 }
 
 // The score kernel of a problem: tensor cores for head dims multiple of 64, SIMT otherwise.

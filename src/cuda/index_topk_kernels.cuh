@@ -852,6 +852,8 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
       fill_queries(tile_start, static_cast<int>(tile_end - tile_start) * H);
       if (has_page) s_page[threadIdx.x] = page;
     }
+    // Here rather than once per CTA, so the static kernels keep their instruction order; the
+    // balanced grid (decode) has no cu_seqlens_q, so its repeats return at once.
     if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
       check_cu_seqlens(prm.rows, prm.error_flags);
     }
@@ -895,8 +897,8 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
         }
         return p;
       };
-      const int64_t key_limit =
-          max_pos - b0 * bs;  // chunk-relative keys past it are seen by no row
+      // Chunk-relative keys past key_limit are seen by no row.
+      const int64_t key_limit = max_pos - b0 * bs;
       // A tile's key fragments, or false when the warp skips it (no row of the segment sees its
       // keys, or its page id is bad: the block keeps score -inf). The loop below keeps the next
       // tile's loads in flight while it multiplies the current one (a register double buffer).
