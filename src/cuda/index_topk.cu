@@ -18,7 +18,10 @@
 //      tensor cores (mma.sync m16n8k16 -> fp32; queries and keys, bf16 or e4m3, are converted
 //      exactly to bf16, or to f16 when both are e4m3, so the products are the exact fp32 ones),
 //      which keeps the kernel memory-bound with e4m3 keys and query_len > 1 where the SIMT fp32
-//      FMAs + conversions were the limit. Other head dims use the SIMT index_score_kernel.
+//      FMAs + conversions were the limit. Its lanes load 16 bytes of keys at a time whatever the
+//      key type (e4m3 8 -> 16 bytes: index call 1-3% faster on the H200,
+//      bench/results/2026-11-30-index-wide-e4m3-dense-ab/), so e4m3 key rows that are not
+//      16-byte aligned, like other head dims, use the SIMT index_score_kernel.
 //   2. index_select_kernel, grid (T, H): exact selection of the min(topk, nvb) best keys (tier,
 //      score, lower id) and an ascending front-packed write, -1 padded. Block tables of at most
 //      256 columns (contexts up to 32K at block 128) count each visible block's rank against the
@@ -44,7 +47,9 @@
 //   faster (512K x 4 62.5 -> 43.3 us, 128K x 64 200 -> 182), uniform ones within -3..+2.3%
 //   (bench/results/2026-11-30-index-balanced-grid-ab/). bf16 keys keep the static grid: their
 //   4-tile scorer is at its 128-register bound, and the balanced loop's state spilled inside its
-//   tile loop (1.9x slower).
+//   tile loop (1.9x slower). Large balanced grids over e4m3 keys and queries at head dim 128 run
+//   a dense instance, bounded to 80 registers so that three CTAs share an SM
+//   (plan.balanced_dense, kIndexDenseBalancedMinBlocks): 128K x 64 333 -> 305 us.
 //   Decode calls with tables of at most 256 columns whose score CTAs of a request fit as one
 //   thread-block cluster, one cluster per request all resident at once (plan_index_launch;
 //   batch 8 at 8K on the H200), run index_score_mma_cluster_kernel alone instead: after a cluster
@@ -152,7 +157,7 @@ auto mma_instance() {
   if constexpr (kGrid == ScoreGrid::kClusterSelect) {
     return index_score_mma_cluster_kernel<CacheT, CH, kF16, kNTiles>;
   } else if constexpr (kGrid == ScoreGrid::kBalanced) {
-    return index_score_mma_balanced_kernel<CacheT, CH, kF16, kNTiles>;
+    return index_score_mma_balanced_kernel<CacheT, CH, kF16, kNTiles, 2>;
   } else {
     return index_score_mma_kernel<CacheT, CH, kF16, kNTiles>;
   }
@@ -217,9 +222,29 @@ ScoreKernel balanced_score_kernel(const IndexProblem& pb) {
              : mma_for_problem<uint8_t, false, ScoreGrid::kBalanced>(pb);
 }
 
-// The score kernel of a problem: tensor cores for head dims multiple of 64, SIMT otherwise.
+// The tensor-core scorers load 16 bytes per lane (MmaKeyLoad): head dims multiple of 64, and
+// e4m3 key rows 16-byte aligned (bf16 rows are, by check_supported's 8-element rule).
+bool uses_tensor_cores(const IndexProblem& pb) {
+  if (pb.head_dim() % 64 != 0) return false;
+  if (pb.index_cache.dtype == DType::kBF16) return true;
+  return reinterpret_cast<uintptr_t>(pb.index_cache.data) % 16 == 0 &&
+         pb.index_cache.strides[0] % 16 == 0 && pb.index_cache.strides[1] % 16 == 0;
+}
+
+// The dense balanced-grid scorer (three CTAs per SM) of a decode problem over e4m3 keys and e4m3
+// queries with one query n-tile and head dim 128, or null. Its head-dim-64 instance fits three
+// CTAs per SM anyway; with bf16 queries or wider heads the 80-register bound spills inside the
+// tile loop.
+ScoreKernel dense_balanced_score_kernel(const IndexProblem& pb) {
+  if (!one_query_tile(pb) || pb.head_dim() != 128 || pb.index_q.dtype != DType::kE4M3) {
+    return nullptr;
+  }
+  return index_score_mma_balanced_kernel<uint8_t, 2, true, 1, 3>;
+}
+
+// The score kernel of a problem: tensor cores where uses_tensor_cores, SIMT otherwise.
 ScoreKernel score_kernel(const IndexProblem& pb) {
-  if (pb.head_dim() % 64 == 0) return mma_kernel<ScoreGrid::kStatic>(pb);
+  if (uses_tensor_cores(pb)) return mma_kernel<ScoreGrid::kStatic>(pb);
   const int upl = static_cast<int>((pb.head_dim() / 8 + 7) / 8);
   return pb.index_cache.dtype == DType::kBF16 ? simt_score_kernel<__nv_bfloat16>(upl)
                                               : simt_score_kernel<uint8_t>(upl);
@@ -256,12 +281,13 @@ struct ScoreLaunchInfo {
   int ctas_per_sm = 1;                  // resident_ctas_per_sm
   detail::IndexClusterLimits clusters;  // of the cluster-selecting variant; none for SIMT
   int balanced_ctas_per_sm = 0;         // of the balanced-grid variant; 0 for SIMT
+  int dense_balanced_ctas_per_sm = 0;   // of its dense instance; 0 where there is none
 };
 
 ScoreLaunchInfo query_launch_info(const IndexProblem& pb) {
   ScoreLaunchInfo info;
   info.ctas_per_sm = resident_ctas_per_sm(score_kernel(pb));
-  if (pb.head_dim() % 64 == 0) {
+  if (uses_tensor_cores(pb)) {
     info.clusters = query_cluster_limits(cluster_score_kernel(pb));
     // The balanced grid's bf16-key scorer spills inside its tile loop (its loop state does not
     // fit next to the 4-tile scorer's 128 registers) and was 1.9x slower than the static grid
@@ -269,6 +295,9 @@ ScoreLaunchInfo query_launch_info(const IndexProblem& pb) {
     // spill too) (bench/results/2026-11-30-index-balanced-grid-ab/).
     if (pb.index_cache.dtype == DType::kE4M3 && pb.head_dim() <= 192) {
       info.balanced_ctas_per_sm = resident_ctas_per_sm(balanced_score_kernel(pb));
+      if (const ScoreKernel dense = dense_balanced_score_kernel(pb)) {
+        info.dense_balanced_ctas_per_sm = resident_ctas_per_sm(dense);
+      }
     }
   }
   return info;
@@ -282,7 +311,7 @@ ScoreLaunchInfo launch_info(const IndexProblem& pb) {
   static PerDeviceCache<ScoreLaunchInfo, 24 + 8> cache;
   const bool bf16 = pb.index_cache.dtype == DType::kBF16;
   int variant = 0;
-  if (pb.head_dim() % 64 == 0) {
+  if (uses_tensor_cores(pb)) {
     const int dtype = bf16 ? 0 : pb.index_q.dtype == DType::kE4M3 ? 2 : 1;
     variant = (one_query_tile(pb) ? 12 : 0) + dtype * 4 + static_cast<int>(pb.head_dim() / 64) - 1;
   } else {
@@ -332,9 +361,9 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
   const int64_t row_tiles = pb.query_len > 0 ? rows.num_requests : (T + rpt - 1) / rpt;
   const ScoreKernel kernel = score_kernel(pb);
   const ScoreLaunchInfo info = launch_info(pb);
-  const detail::IndexLaunchPlan plan =
-      detail::plan_index_launch(row_tiles, pb.max_blocks(), device_sm_count(), info.ctas_per_sm,
-                                pb.query_len > 0, info.clusters, info.balanced_ctas_per_sm);
+  const detail::IndexLaunchPlan plan = detail::plan_index_launch(
+      row_tiles, pb.max_blocks(), device_sm_count(), info.ctas_per_sm, pb.query_len > 0,
+      info.clusters, info.balanced_ctas_per_sm, info.dense_balanced_ctas_per_sm);
   if (plan.chunks > 0) {
     if (row_tiles > 0x7FFFFFFF || plan.chunks > 65535) {
       return detail::not_supported("index_topk: batch too large for one CUDA grid (" +
@@ -363,12 +392,13 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
     prm.error_flags = flags;
     prm.early_select = plan.early_select;
     const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(plan.chunks));
-    const char* name = pb.head_dim() % 64 == 0 ? "index_score_mma_kernel" : "index_score_kernel";
+    const char* name = uses_tensor_cores(pb) ? "index_score_mma_kernel" : "index_score_kernel";
     if (plan.balanced_ctas > 0) {
-      MSA_RETURN_IF_ERROR(launch_kernel("index_score_mma_balanced_kernel",
-                                        balanced_score_kernel(pb),
-                                        dim3(1, static_cast<unsigned>(plan.balanced_ctas)),
-                                        dim3(kScoreThreads), 0, cuda_stream, prm));
+      MSA_RETURN_IF_ERROR(launch_kernel(
+          "index_score_mma_balanced_kernel",
+          plan.balanced_dense ? dense_balanced_score_kernel(pb) : balanced_score_kernel(pb),
+          dim3(1, static_cast<unsigned>(plan.balanced_ctas)), dim3(kScoreThreads), 0, cuda_stream,
+          prm));
     } else if (plan.cluster_select) {
       return launch_kernel_clustered("index_score_mma_cluster_kernel", cluster_score_kernel(pb),
                                      grid, dim3(kScoreThreads), 0, cuda_stream, dim3(1, grid.y, 1),

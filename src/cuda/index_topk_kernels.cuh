@@ -641,12 +641,19 @@ __global__ void __launch_bounds__(kScoreThreads, 2) index_score_kernel(const Ind
 // another (fixed) order. The 16 keys of a tile are the M dimension, the (row, head) queries the N
 // dimension (8 per n-tile, up to 4), the head dim the K dimension. The dot product does not care
 // which dimension goes to which k slot as long as A and B agree, so each lane loads contiguous
-// key bytes: in a 64-dim chunk c, lane (g = lane / 4, t = lane % 4) loads dims
-// 64c + 32j + 8t + [0, 8) of keys g and g + 8 (j = 0, 1: one 16-byte bf16 / 8-byte e4m3 load
-// each, a warp instruction reads 64 contiguous bytes per key), and k-step s = 2j + h takes dims
-// 64c + 32j + 8t + 4h + [0, 4) into the lane's k slots {2t, 2t+1, 2t+8, 2t+9}. Queries sit in
-// shared memory as bf16 already in that fragment order, so a lane's B fragment is one
+// key bytes, 16 at a time (MmaKeyLoad): in a 64-dim chunk c, lane (g = lane / 4, t = lane % 4)
+// loads L = 8 (bf16) or 16 (e4m3) consecutive dims of keys g and g + 8 per load, dims
+// 64c + 4Lj + Lt + [0, L) (j < 64 / 4L: bf16 two loads, e4m3 one), so a warp instruction reads
+// 8 keys x 64 contiguous bytes whatever the key type, and k-step s = (L / 4)j + h takes the
+// lane's dims 64c + 4Lj + Lt + 4h + [0, 4) into its k slots {2t, 2t+1, 2t+8, 2t+9}. Queries sit
+// in shared memory, converted, already in that fragment order, so a lane's B fragment is one
 // conflict-free 8-byte load.
+template <typename CacheT>
+struct MmaKeyLoad {
+  static constexpr int kLaneElems = 16 / static_cast<int>(sizeof(CacheT));  // L
+  static constexpr int kLoads = 64 / (4 * kLaneElems);  // per 64-dim chunk and key row
+};
+
 __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t v) {
   const __half2_raw h =
       __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xFFFFu), __NV_E4M3);
@@ -680,34 +687,35 @@ __device__ __forceinline__ uint32_t raw_word(uint4 r, int i) {
   return i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w;
 }
 
-// A fragment of k-step h (0, 1) of one 8-dim load per key row: {row g dims 0-1, row g+8 dims
-// 0-1, row g dims 2-3, row g+8 dims 2-3} of the 4 dims 4h + [0, 4). bf16 keys are used as
-// stored; e4m3 pairs are converted to bf16, or to f16 on the f16 MMA path (kF16: e4m3 keys and
-// queries).
-template <bool kF16>
-__device__ __forceinline__ void a_fragment(const uint4 (&r)[2], int h, uint32_t* a) {
-  static_assert(!kF16, "the f16 path is for e4m3 keys");
-  a[0] = raw_word(r[0], 2 * h);
-  a[1] = raw_word(r[1], 2 * h);
-  a[2] = raw_word(r[0], 2 * h + 1);
-  a[3] = raw_word(r[1], 2 * h + 1);
-}
-
-template <bool kF16>
-__device__ __forceinline__ void a_fragment(const uint2 (&r)[2], int h, uint32_t* a) {
-  const auto convert = [](uint32_t v) {
-    if constexpr (kF16) {
-      return e4m3x2_to_f16x2(v);
-    } else {
-      return e4m3x2_to_bf16x2(v);
-    }
-  };
-  const uint32_t w0 = h == 0 ? r[0].x : r[0].y;
-  const uint32_t w1 = h == 0 ? r[1].x : r[1].y;
-  a[0] = convert(w0);
-  a[1] = convert(w1);
-  a[2] = convert(w0 >> 16);
-  a[3] = convert(w1 >> 16);
+// A fragment of k-step s (0-3) of a 64-dim chunk from its loads r[j][key g, key g + 8]: {row g
+// slots 2t, 2t+1; row g+8 the same; row g slots 2t+8, 2t+9; row g+8 the same} = the lane's dims
+// 4h + [0, 4) of its load j (see above). bf16 keys are used as stored; e4m3 pairs are converted
+// to bf16, or to f16 on the f16 MMA path (kF16: e4m3 keys and queries).
+template <typename CacheT, bool kF16>
+__device__ __forceinline__ void a_fragment(const uint4 (&r)[MmaKeyLoad<CacheT>::kLoads][2], int s,
+                                           uint32_t* a) {
+  if constexpr (std::is_same_v<CacheT, __nv_bfloat16>) {
+    static_assert(!kF16, "the f16 path is for e4m3 keys");
+    const int j = s >> 1, h = s & 1;
+    a[0] = raw_word(r[j][0], 2 * h);
+    a[1] = raw_word(r[j][1], 2 * h);
+    a[2] = raw_word(r[j][0], 2 * h + 1);
+    a[3] = raw_word(r[j][1], 2 * h + 1);
+  } else {
+    const auto convert = [](uint32_t v) {
+      if constexpr (kF16) {
+        return e4m3x2_to_f16x2(v);
+      } else {
+        return e4m3x2_to_bf16x2(v);
+      }
+    };
+    const uint32_t w0 = raw_word(r[0][0], s);
+    const uint32_t w1 = raw_word(r[0][1], s);
+    a[0] = convert(w0);
+    a[1] = convert(w1);
+    a[2] = convert(w0 >> 16);
+    a[3] = convert(w1 >> 16);
+  }
 }
 
 // The nrh (row, head) query vectors of the segment starting at row0 -> q_s as bf16 (or f16, for
@@ -724,9 +732,11 @@ __device__ __forceinline__ OutT round_to(float v) {
   }
 }
 
-template <typename QT, int CH, typename OutT>
+template <typename QT, int CH, int kLaneElems, typename OutT>
 __device__ __forceinline__ void fill_query_fragments(const IndexScoreParams& prm, int64_t row0,
                                                      int nrh, OutT* q_s) {
+  static_assert(kLaneElems == 8 || kLaneElems == 16, "16-byte loads of bf16 or e4m3 keys");
+  constexpr int kLog = kLaneElems == 8 ? 3 : 4;  // log2(L)
   constexpr int Di = CH * 64;
   constexpr int kBatch = 4;
   constexpr int kPerThread = kMaxScoreRowHeads * Di / kScoreThreads;
@@ -749,10 +759,11 @@ __device__ __forceinline__ void fill_query_fragments(const IndexScoreParams& prm
       if (i >= n) break;
       const int rh = i / Di, d = i % Di;
       const float v = rh < nrh ? to_float(raw[k]) : 0.0f;
-      // d = 64c + 32j + 8t + 4h + e -> fragment (n-tile, c, s = 2j + h), lane 4(rh % 8) + t, e.
+      // d = 64c + 4Lj + Lt + w, w = 4h + e -> fragment (n-tile, c, s = (L / 4)j + h), lane
+      // 4(rh % 8) + t, slot e (L = kLaneElems; the key layout above).
       const int c = d >> 6, dd = d & 63;
-      const int s = ((dd >> 5) << 1) | ((dd >> 2) & 1);
-      const int ln = (rh & 7) * 4 + ((dd >> 3) & 3);
+      const int s = ((dd >> (kLog + 2)) << (kLog - 2)) | ((dd >> 2) & (kLaneElems / 4 - 1));
+      const int ln = (rh & 7) * 4 + ((dd >> kLog) & 3);
       q_s[((((rh >> 3) * CH + c) * 4 + s) * 32 + ln) * 4 + (dd & 3)] = round_to<OutT>(v);
     }
   }
@@ -806,7 +817,7 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
   constexpr bool kClusterSelect = kGrid == ScoreGrid::kClusterSelect;
   static_assert(!kF16 || std::is_same_v<CacheT, uint8_t>, "the f16 path is for e4m3 keys");
   static_assert(kNTiles >= 1 && kNTiles * 8 <= kMaxScoreRowHeads, "n-tiles per segment");
-  using Raw = typename IndexKeyLoad<CacheT>::Raw;
+  using Load = MmaKeyLoad<CacheT>;
   using QElem = std::conditional_t<kF16, __half, __nv_bfloat16>;
   __shared__ __align__(16) QElem q_s[kNTiles * 8 * kMaxIndexDim];
   __shared__ uint32_t block_max[kMaxScoreBlocks * kMaxScoreRowHeads];
@@ -821,16 +832,17 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
   const int tiles_per_block = static_cast<int>(bs / 16);
   const CacheT* cache = static_cast<const CacheT*>(prm.cache);
   const int key_stride = static_cast<int>(prm.cache_stride_key);
-  const int lane_key = g * key_stride + tq * 8;  // this lane's offset from a tile's first key
+  const int lane_key = g * key_stride + tq * Load::kLaneElems;  // from a tile's first key
   const uint2* q_frag = reinterpret_cast<const uint2*>(q_s);
 
   auto fill_queries = [&](int64_t row0, int nrh) {
     if constexpr (kF16) {
-      fill_query_fragments<uint8_t, CH>(prm, row0, nrh, q_s);  // e4m3 queries (the launcher's rule)
+      // e4m3 queries (the launcher's rule)
+      fill_query_fragments<uint8_t, CH, Load::kLaneElems>(prm, row0, nrh, q_s);
     } else if (prm.q_dtype == DType::kBF16) {
-      fill_query_fragments<__nv_bfloat16, CH>(prm, row0, nrh, q_s);
+      fill_query_fragments<__nv_bfloat16, CH, Load::kLaneElems>(prm, row0, nrh, q_s);
     } else {
-      fill_query_fragments<uint8_t, CH>(prm, row0, nrh, q_s);
+      fill_query_fragments<uint8_t, CH, Load::kLaneElems>(prm, row0, nrh, q_s);
     }
   };
   // Scores blocks [b0, b0 + bpc) of row tile `tile` (bpc <= kMaxScoreBlocks); `report`: this CTA
@@ -903,7 +915,7 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
       // keys, or its page id is bad: the block keeps score -inf). The loop below keeps the next
       // tile's loads in flight while it multiplies the current one (a register double buffer).
       struct Frag {
-        Raw r[CH][2][2];  // [chunk][j][key g, key g + 8]
+        uint4 r[CH][Load::kLoads][2];  // [chunk][j][key g, key g + 8]
       };
       auto load_tile = [&](TilePos tp, Frag& raw) -> bool {
         if (tp.bl >= nblk) return false;
@@ -919,11 +931,11 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
 #pragma unroll
         for (int c = 0; c < CH; ++c) {
 #pragma unroll
-          for (int j = 0; j < 2; ++j) {
+          for (int j = 0; j < Load::kLoads; ++j) {
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-              raw.r[c][j][r] =
-                  __ldg(reinterpret_cast<const Raw*>(kbase + r * 8 * key_stride + c * 64 + j * 32));
+              raw.r[c][j][r] = __ldg(reinterpret_cast<const uint4*>(
+                  kbase + r * 8 * key_stride + c * 64 + j * 4 * Load::kLaneElems));
             }
           }
         }
@@ -950,7 +962,7 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
 #pragma unroll
             for (int s = 0; s < 4; ++s) {
               uint32_t a[4];
-              a_fragment<kF16>(raw.r[c][s >> 1], s & 1, a);
+              a_fragment<CacheT, kF16>(raw.r[c], s, a);
 #pragma unroll
               for (int n = 0; n < kNTiles; ++n) {
                 if (n < ntq) {  // warp-uniform
@@ -1086,9 +1098,11 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
   score_mma<CacheT, CH, kF16, ScoreGrid::kStatic, kNTiles>(prm, nullptr);
 }
 
-// The balanced decode grid (IndexLaunchPlan::balanced_ctas CTAs in grid.y).
-template <typename CacheT, int CH, bool kF16, int kNTiles>
-__global__ void __launch_bounds__(kScoreThreads, 2)
+// The balanced decode grid (IndexLaunchPlan::balanced_ctas CTAs in grid.y). kMinCtas 3 (the
+// dense instances, IndexLaunchPlan::balanced_dense): at most 80 registers, so three CTAs share an
+// SM and keep half as many key loads again in flight.
+template <typename CacheT, int CH, bool kF16, int kNTiles, int kMinCtas>
+__global__ void __launch_bounds__(kScoreThreads, kMinCtas)
     index_score_mma_balanced_kernel(const IndexScoreParams prm) {
   score_mma<CacheT, CH, kF16, ScoreGrid::kBalanced, kNTiles>(prm, nullptr);
 }

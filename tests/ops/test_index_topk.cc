@@ -70,6 +70,7 @@ struct BatchSpec {
   int64_t width = 16;
   int64_t spare_out_rows = 2;  // topk_out rows past T, which must stay untouched
   int64_t table_cols = 0;      // block-table columns when more than the lengths need
+  int64_t key_pad = 0;         // index_cache elements after each key (key stride head_dim + pad)
   bool exact = true;
   uint64_t seed = 1;
 };
@@ -125,7 +126,11 @@ Batch make_batch(const BatchSpec& spec, const Device& device) {
       TestTensor(spec.q_dtype, {b.rows, spec.heads, spec.head_dim}, {row_stride, spec.head_dim, 1},
                  std::max<int64_t>(b.rows, 1) * row_stride, device);
   fill_values(b.index_q, rng, spec.exact);
-  b.index_cache = TestTensor(spec.k_dtype, {num_blocks, bs, spec.head_dim}, device);
+  const int64_t key_stride = spec.head_dim + spec.key_pad;
+  b.index_cache =
+      TestTensor(spec.k_dtype, {num_blocks, bs, spec.head_dim}, {bs * key_stride, key_stride, 1},
+                 num_blocks * bs * key_stride, device);
+  b.index_cache.fill_bytes(0x7F);  // padding a scorer must not read (an e4m3 NaN)
   fill_values(b.index_cache, rng, spec.exact);
   b.block_table = TestTensor(DType::kI32, {num_req, max_blocks}, device);
   for (size_t i = 0; i < table.size(); ++i)
@@ -163,8 +168,10 @@ Batch make_batch(const BatchSpec& spec, const Device& device) {
   for (int64_t t = 0; t < b.rows; ++t)
     for (int64_t h = 0; h < spec.heads; ++h)
       for (int64_t d = 0; d < spec.head_dim; ++d) o.index_q.push_back(b.index_q.get({t, h, d}));
-  for (int64_t i = 0; i < b.index_cache.numel(); ++i)
-    o.index_cache.push_back(b.index_cache.get_flat(i));
+  for (int64_t blk = 0; blk < num_blocks; ++blk)
+    for (int64_t k = 0; k < bs; ++k)
+      for (int64_t d = 0; d < spec.head_dim; ++d)
+        o.index_cache.push_back(b.index_cache.get({blk, k, d}));
   return b;
 }
 
@@ -693,6 +700,21 @@ TEST(IndexTopk, ManyRaggedRequestsBalancedGrid) {
   run_and_check(balanced_spec(DType::kBF16, 2, 4, 32));
 }
 
+// balanced_spec at head dim 128 with 400-column tables: 100 x 400 blocks are more than
+// kIndexDenseBalancedMinBlocks per CTA at three CTAs per SM on the H200, so CUDA runs the dense
+// instance of the balanced grid.
+BatchSpec dense_balanced_spec(uint64_t seed) {
+  BatchSpec s = balanced_spec(DType::kE4M3, 1, 1, seed);
+  s.head_dim = 128;
+  s.table_cols = 400;
+  return s;
+}
+
+TEST(IndexTopk, ManyRaggedRequestsDenseBalancedGrid) {
+  MSA_REQUIRE_TEST_DEVICE();
+  run_and_check(dense_balanced_spec(34));
+}
+
 TEST(IndexTopk, FewVisibleBlocksSelectsAll) {
   MSA_REQUIRE_TEST_DEVICE();
   BatchSpec s;
@@ -718,6 +740,29 @@ TEST(IndexTopk, OtherBlockSize) {
   s.params.topk = 8;
   s.seed = 17;
   run_and_check(s);
+}
+
+// Padded key rows (a cache row that carries more than the key): the tensor-core scorers load e4m3
+// keys 16 bytes at a time, so rows 8 bytes past a 16-byte multiple go to the SIMT scorer on
+// CUDA; both kinds of layout, both scorers, decode and prefill, against the oracle.
+TEST(IndexTopk, PaddedE4m3KeyRows) {
+  MSA_REQUIRE_TEST_DEVICE();
+  for (const int64_t pad : {8, 16, 24}) {
+    for (const int query_len : {1, 0}) {
+      SCOPED_TRACE("key pad " + std::to_string(pad) + ", query_len " + std::to_string(query_len));
+      BatchSpec s;
+      s.q_dtype = DType::kE4M3;
+      s.k_dtype = DType::kE4M3;
+      s.head_dim = 128;
+      s.heads = 2;
+      s.key_pad = pad;
+      s.query_len = query_len;
+      s.seq_lens = {3000, 700};
+      if (query_len == 0) s.q_lens = {5, 3};
+      s.seed = 40 + static_cast<uint64_t>(pad) + static_cast<uint64_t>(query_len);
+      run_and_check(s);
+    }
+  }
 }
 
 // Decode rows [0, nd) and prefill rows [nd, nd + tp) share one [H, T, K] buffer and one index_q
@@ -1008,9 +1053,8 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, IndexTopkBadDecodeValues,
 
 // Bad values in a batch that takes the balanced grid on CUDA (balanced_spec): the piece that
 // holds a request's block 0 reports a bad length, any piece a bad page id.
-TEST(IndexTopkBadInput, ValuesInBalancedGrid) {
-  MSA_REQUIRE_TEST_DEVICE();
-  Batch b = make_batch(balanced_spec(DType::kE4M3, 1, 1, 33), test_device());
+void expect_bad_values_in_balanced_grid(const BatchSpec& spec) {
+  Batch b = make_batch(spec, test_device());
   const IndexTopkDecodeArgs a = decode_args(b);
   const int64_t mb = b.oracle_in.max_blocks;
   const int64_t num_blocks = b.index_cache.shape()[0];
@@ -1029,6 +1073,15 @@ TEST(IndexTopkBadInput, ValuesInBalancedGrid) {
   EXPECT_TRUE(st.ok()) << st.to_string();
   b.flags.download();
   EXPECT_EQ(b.flags.get_flat(0), 0.0);
+}
+
+TEST(IndexTopkBadInput, ValuesInBalancedGrid) {
+  MSA_REQUIRE_TEST_DEVICE();
+  for (const bool dense : {false, true}) {
+    SCOPED_TRACE(dense ? "dense balanced grid" : "balanced grid");
+    expect_bad_values_in_balanced_grid(dense ? dense_balanced_spec(35)
+                                             : balanced_spec(DType::kE4M3, 1, 1, 33));
+  }
 }
 
 TEST(IndexTopkBadInput, ValuesPrefill) {
