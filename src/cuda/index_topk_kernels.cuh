@@ -662,11 +662,21 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t v) {
 }
 
 // e4m3 keys scored against e4m3 queries: both convert exactly to f16 with one instruction per
-// pair (e4m3 -> bf16 takes a detour through f32), and the f16 MMA multiplies them.
+// pair (e4m3 -> bf16 takes a detour through f32), and the f16 MMA multiplies them. kHigh picks the
+// word's upper pair, which the conversion reads in place (no shift instruction).
+template <bool kHigh>
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
-  const __half2_raw h =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xFFFFu), __NV_E4M3);
-  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+  uint32_t r;
+  if constexpr (kHigh) {
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}"
+        : "=r"(r)
+        : "r"(v));
+  } else {
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}"
+        : "=r"(r)
+        : "r"(v));
+  }
+  return r;
 }
 
 __device__ __forceinline__ void mma_f16_m16n8k16(float* d, const uint32_t* a, uint2 b) {
@@ -702,19 +712,19 @@ __device__ __forceinline__ void a_fragment(const uint4 (&r)[MmaKeyLoad<CacheT>::
     a[2] = raw_word(r[j][0], 2 * h + 1);
     a[3] = raw_word(r[j][1], 2 * h + 1);
   } else {
-    const auto convert = [](uint32_t v) {
-      if constexpr (kF16) {
-        return e4m3x2_to_f16x2(v);
-      } else {
-        return e4m3x2_to_bf16x2(v);
-      }
-    };
     const uint32_t w0 = raw_word(r[0][0], s);
     const uint32_t w1 = raw_word(r[0][1], s);
-    a[0] = convert(w0);
-    a[1] = convert(w1);
-    a[2] = convert(w0 >> 16);
-    a[3] = convert(w1 >> 16);
+    if constexpr (kF16) {
+      a[0] = e4m3x2_to_f16x2<false>(w0);
+      a[1] = e4m3x2_to_f16x2<false>(w1);
+      a[2] = e4m3x2_to_f16x2<true>(w0);
+      a[3] = e4m3x2_to_f16x2<true>(w1);
+    } else {
+      a[0] = e4m3x2_to_bf16x2(w0);
+      a[1] = e4m3x2_to_bf16x2(w1);
+      a[2] = e4m3x2_to_bf16x2(w0 >> 16);
+      a[3] = e4m3x2_to_bf16x2(w1 >> 16);
+    }
   }
 }
 
@@ -909,8 +919,9 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
         }
         return p;
       };
-      // Chunk-relative keys past key_limit are seen by no row.
-      const int64_t key_limit = max_pos - b0 * bs;
+      // Chunk-relative keys past key_limit are seen by no row (a chunk's keys fit in 32 bits).
+      const int bsi = static_cast<int>(bs);
+      const int key_limit = static_cast<int>(min(max_pos - b0 * bs, int64_t{nblk} * bsi));
       // A tile's key fragments, or false when the warp skips it (no row of the segment sees its
       // keys, or its page id is bad: the block keeps score -inf). The loop below keeps the next
       // tile's loads in flight while it multiplies the current one (a register double buffer).
@@ -920,7 +931,7 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
       auto load_tile = [&](TilePos tp, Frag& raw) -> bool {
         if (tp.bl >= nblk) return false;
         const int in_block = tp.tin * 16;
-        if (tp.bl * bs + in_block > key_limit) return false;  // warp-uniform
+        if (tp.bl * bsi + in_block > key_limit) return false;  // warp-uniform
         const int32_t page = s_page[tp.bl];
         if (page < 0 || page >= prm.num_cache_blocks) {
           if (lane == 0 && in_block == 0) raise_error(prm.error_flags, kDeviceErrorBlockId);
@@ -941,74 +952,112 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
         }
         return true;
       };
+      // The warp's first tile is in flight before anything else is computed.
       TilePos tp{warp / tiles_per_block, warp % tiles_per_block};
-      Frag raw;
-      bool have = load_tile(tp, raw);
-      while (tp.bl < nblk) {
-        Frag next;
-        const TilePos tp_next = advance(tp);
-        const bool have_next = load_tile(tp_next, next);
-        const int bl = tp.bl;
-        const int64_t key0 = (b0 + bl) * bs + tp.tin * 16;
-        if (have) {
-          float acc[kNTiles][4];
+      Frag fa;
+      bool have = load_tile(tp, fa);
+      // Chunk-relative key k of the lane's row g is seen by query 2t (2t + 1) of n-tile n iff
+      // k <= limit(n, 0) (limit(n, 1)); the lane's g is already subtracted, and the clamp to
+      // [-1, chunk keys] decides the same. The one-n-tile instances keep the two limits in
+      // registers; the four-n-tile ones recompute them per tile: eight more live registers made
+      // the bf16 ones spill and run up to 1.7x slower
+      // (bench/results/2026-11-30-index-loop-pingpong-ab/).
+      constexpr bool kHoistLimits = kNTiles == 1;
+      auto limit = [&](int n, int q) {
+        const int64_t pos = info.pos_base + row0 + (n * 8 + 2 * tq + q) / H;
+        return static_cast<int>(max(int64_t{-1}, min(pos - b0 * bs, int64_t{nblk} * bsi))) - g;
+      };
+      int lim[kNTiles][2];
 #pragma unroll
-          for (int n = 0; n < kNTiles; ++n) {
+      for (int n = 0; n < kNTiles; ++n) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
-          }
+        for (int q = 0; q < 2; ++q) lim[n][q] = kHoistLimits ? limit(n, q) : 0;
+      }
+      // Scores the tile at p from its fragments into the block maxima.
+      auto score_tile = [&](TilePos p, const Frag& raw) {
+        float acc[kNTiles][4];
 #pragma unroll
-          for (int c = 0; c < CH; ++c) {
+        for (int n = 0; n < kNTiles; ++n) {
 #pragma unroll
-            for (int s = 0; s < 4; ++s) {
-              uint32_t a[4];
-              a_fragment<CacheT, kF16>(raw.r[c], s, a);
+          for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+        }
 #pragma unroll
-              for (int n = 0; n < kNTiles; ++n) {
-                if (n < ntq) {  // warp-uniform
-                  if constexpr (kF16) {
-                    mma_f16_m16n8k16(acc[n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
-                  } else {
-                    mma_bf16_m16n8k16(acc[n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
-                  }
+        for (int c = 0; c < CH; ++c) {
+#pragma unroll
+          for (int s = 0; s < 4; ++s) {
+            uint32_t a[4];
+            a_fragment<CacheT, kF16>(raw.r[c], s, a);
+#pragma unroll
+            for (int n = 0; n < kNTiles; ++n) {
+              if (kNTiles == 1 || n < ntq) {  // warp-uniform; a segment has at least one n-tile
+                if constexpr (kF16) {
+                  mma_f16_m16n8k16(acc[n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
+                } else {
+                  mma_bf16_m16n8k16(acc[n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
                 }
               }
             }
           }
-          // acc[n] = {key g x query 2t, key g x query 2t+1, key g+8 x query 2t, key g+8 x 2t+1}.
+        }
+        // acc[n] = {key g x query 2t, key g x query 2t+1, key g+8 x query 2t, key g+8 x 2t+1}.
+        const int kr = p.bl * bsi + p.tin * 16;  // the tile's first key, chunk-relative
 #pragma unroll
-          for (int n = 0; n < kNTiles; ++n) {
-            if (n >= ntq) break;
-            const int rh0 = n * 8 + 2 * tq;
-            const int64_t pos0 = info.pos_base + row0 + rh0 / H;
-            const int64_t pos1 = info.pos_base + row0 + (rh0 + 1) / H;
-            const int64_t k_lo = key0 + g, k_hi = key0 + g + 8;
-            float m0 = -INFINITY, m1 = -INFINITY;
+        for (int n = 0; n < kNTiles; ++n) {
+          if (n >= ntq) break;
+          const int rh0 = n * 8 + 2 * tq;
+          float m0 = -INFINITY, m1 = -INFINITY;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              float v = acc[n][e];
-              if (isnan(v)) v = -1e30f;  // spec A12
-              const int64_t key = e < 2 ? k_lo : k_hi;
-              if ((e & 1) == 0) {
-                if (key <= pos0) m0 = fmaxf(m0, v);
-              } else {
-                if (key <= pos1) m1 = fmaxf(m1, v);
-              }
-            }
-#pragma unroll
-            for (int off = 4; off < 32; off <<= 1) {
-              m0 = fmaxf(m0, __shfl_xor_sync(0xFFFFFFFFu, m0, off));
-              m1 = fmaxf(m1, __shfl_xor_sync(0xFFFFFFFFu, m1, off));
-            }
-            if (g == 0) {
-              if (rh0 < nrh) atomicMax(&block_max[bl * nrh + rh0], ordered_f32(m0));
-              if (rh0 + 1 < nrh) atomicMax(&block_max[bl * nrh + rh0 + 1], ordered_f32(m1));
+          for (int e = 0; e < 4; ++e) {
+            float v = acc[n][e];
+            if (isnan(v)) v = -1e30f;  // spec A12
+            const int k = e < 2 ? kr : kr + 8;
+            if ((e & 1) == 0) {
+              if (k <= (kHoistLimits ? lim[n][0] : limit(n, 0))) m0 = fmaxf(m0, v);
+            } else {
+              if (k <= (kHoistLimits ? lim[n][1] : limit(n, 1))) m1 = fmaxf(m1, v);
             }
           }
+#pragma unroll
+          for (int off = 4; off < 32; off <<= 1) {
+            m0 = fmaxf(m0, __shfl_xor_sync(0xFFFFFFFFu, m0, off));
+            m1 = fmaxf(m1, __shfl_xor_sync(0xFFFFFFFFu, m1, off));
+          }
+          if (g == 0) {
+            if (rh0 < nrh) atomicMax(&block_max[p.bl * nrh + rh0], ordered_f32(m0));
+            if (rh0 + 1 < nrh) atomicMax(&block_max[p.bl * nrh + rh0 + 1], ordered_f32(m1));
+          }
         }
-        have = have_next;
-        raw = next;
-        tp = tp_next;
+      };
+      if constexpr (std::is_same_v<CacheT, uint8_t> && kGrid == ScoreGrid::kBalanced) {
+        // Two named buffers that swap roles every tile (the loop is unrolled by two), so the
+        // double buffer costs no register copies. Only the balanced e4m3 grid gains from it (1-4%
+        // at large batches); the static and in-cluster e4m3 kernels were up to 9% faster with the
+        // copying loop below, and bf16 keys (with hoisted limits) up to 5%
+        // (bench/results/2026-11-30-index-loop-pingpong-ab/).
+        Frag fb;
+        while (tp.bl < nblk) {
+          TilePos tn = advance(tp);
+          bool have_next = load_tile(tn, fb);
+          if (have) score_tile(tp, fa);
+          tp = tn;
+          have = have_next;
+          if (tp.bl >= nblk) break;
+          tn = advance(tp);
+          have_next = load_tile(tn, fa);
+          if (have) score_tile(tp, fb);
+          tp = tn;
+          have = have_next;
+        }
+      } else {
+        while (tp.bl < nblk) {
+          Frag next;
+          const TilePos tp_next = advance(tp);
+          const bool have_next = load_tile(tp_next, next);
+          if (have) score_tile(tp, fa);
+          have = have_next;
+          fa = next;
+          tp = tp_next;
+        }
       }
       __syncthreads();
       // In-cluster selection (decode: one segment) reads the block maxima where they are.
