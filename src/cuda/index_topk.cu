@@ -163,15 +163,13 @@ auto mma_instance() {
   }
 }
 
-// Decode calls over e4m3 keys with at most 8 query vectors per request (query_len x H_idx) use
-// the scorer instance that holds one n-tile of queries: 10% faster at 128K x 64 on the H200, 2-6%
-// at batch 1-16 (bench/results/2026-11-30-index-query-tiles-pdl-ab/). With bf16 keys that
-// instance spills at the 128-register bound and was 1.7x slower (a two-tile one: within +-2%,
-// either way), so bf16 keeps the 4-tile one, as do prefill tiles and larger decode rows (up to
-// kMaxScoreRowHeads query vectors).
+// Decode calls with at most 8 query vectors per request (query_len x H_idx) use the scorer
+// instance that holds one n-tile of queries: with e4m3 keys 10% faster at 128K x 64 on the H200,
+// 2-6% at batch 1-16 (bench/results/2026-11-30-index-query-tiles-pdl-ab/). bf16 keys use it
+// since its tile loop stopped spilling (bench/results/2026-11-30-index-bf16-one-tile-ab/);
+// prefill tiles and larger decode rows keep the 4-tile one (up to kMaxScoreRowHeads vectors).
 bool one_query_tile(const IndexProblem& pb) {
-  return pb.index_cache.dtype == DType::kE4M3 && pb.query_len > 0 &&
-         pb.query_len * pb.num_heads() <= 8;
+  return pb.query_len > 0 && pb.query_len * pb.num_heads() <= 8;
 }
 
 // The tensor-core scorer for head dim 64 x chunks (1..4; the balanced grid 1..3, the head dims
@@ -194,9 +192,7 @@ auto mma_for_chunks(int64_t chunks) {
 template <typename CacheT, bool kF16, ScoreGrid kGrid>
 auto mma_for_problem(const IndexProblem& pb) {
   const int64_t chunks = pb.head_dim() / 64;
-  if constexpr (std::is_same_v<CacheT, uint8_t>) {
-    if (one_query_tile(pb)) return mma_for_chunks<CacheT, kF16, kGrid, 1>(chunks);
-  }
+  if (one_query_tile(pb)) return mma_for_chunks<CacheT, kF16, kGrid, 1>(chunks);
   return mma_for_chunks<CacheT, kF16, kGrid, kMaxScoreRowHeads / 8>(chunks);
 }
 
@@ -306,8 +302,8 @@ ScoreLaunchInfo query_launch_info(const IndexProblem& pb) {
 // query_launch_info, cached per device and kernel variant: it depends only on the kernel's
 // resources and the device (its SMs and GPCs), and the queries cost host time on every call.
 ScoreLaunchInfo launch_info(const IndexProblem& pb) {
-  // MMA: (bf16, e4m3, e4m3 x e4m3 queries) x head dim 64..256 x (1, 4 query n-tiles; 1 is
-  // used with e4m3 keys only); SIMT: (bf16, e4m3) x 1..4 units.
+  // MMA: (bf16, e4m3, e4m3 x e4m3 queries) x head dim 64..256 x (1, 4 query n-tiles); SIMT:
+  // (bf16, e4m3) x 1..4 units.
   static PerDeviceCache<ScoreLaunchInfo, 24 + 8> cache;
   const bool bf16 = pb.index_cache.dtype == DType::kBF16;
   int variant = 0;

@@ -364,9 +364,9 @@ TEST_P(IndexTopkDecodeSweep, MatchesOracleOverContextLengths) {
   }
 }
 
-// With e4m3 keys the CUDA scorer holds the query vectors of a decode request (query_len x heads)
-// in one n-tile of 8 when they fit, in 4 otherwise (and always with bf16 keys): both, exact and
-// random, and the 4-tile one at its 32 vectors.
+// The CUDA scorer holds the query vectors of a decode request (query_len x heads) in one n-tile
+// of 8 when they fit, in 4 otherwise: both, with both key types, exact and random, and the
+// 4-tile one at its 32 vectors.
 INSTANTIATE_TEST_SUITE_P(Cases, IndexTopkDecodeSweep,
                          ::testing::Values(SweepCase{DType::kBF16, DType::kBF16, 1, 1, true},
                                            SweepCase{DType::kBF16, DType::kBF16, 4, 4, true},
