@@ -1030,9 +1030,9 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
       };
       if constexpr (std::is_same_v<CacheT, uint8_t> && kGrid == ScoreGrid::kBalanced) {
         // Two named buffers that swap roles every tile (the loop is unrolled by two), so the
-        // double buffer costs no register copies. Only the balanced e4m3 grid gains from it (1-4%
-        // at large batches); the static and in-cluster e4m3 kernels were up to 9% faster with the
-        // copying loop below, and bf16 keys (with hoisted limits) up to 5%
+        // double buffer costs no register copies. The balanced e4m3 grid runs it; in the same
+        // A/B the static and in-cluster e4m3 kernels were up to 9% faster with the copying loop
+        // below, and bf16 keys (with hoisted limits) up to 5%
         // (bench/results/2026-11-30-index-loop-pingpong-ab/).
         Frag fb;
         while (tp.bl < nblk) {
