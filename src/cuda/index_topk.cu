@@ -232,7 +232,8 @@ bool uses_tensor_cores(const IndexProblem& pb) {
 // CTAs per SM anyway; with bf16 queries or wider heads the 80-register bound spills inside the
 // tile loop.
 ScoreKernel dense_balanced_score_kernel(const IndexProblem& pb) {
-  if (!one_query_tile(pb) || pb.head_dim() != 128 || pb.index_q.dtype != DType::kE4M3) {
+  if (pb.index_cache.dtype != DType::kE4M3 || !one_query_tile(pb) || pb.head_dim() != 128 ||
+      pb.index_q.dtype != DType::kE4M3) {
     return nullptr;
   }
   return index_score_mma_balanced_kernel<uint8_t, 2, true, 1, 3>;
