@@ -42,21 +42,10 @@ struct IndexLaunchPlan {
   // blocks (balanced_share over balanced_units), each share scored in pieces of up to
   // blocks_per_cta blocks of one request.
   int64_t balanced_ctas = 0;
-  // The balanced grid runs the scorer's dense instance (more CTAs per SM, fewer registers).
-  bool balanced_dense = false;
 };
 
 // Requests a balanced grid can map (the score CTA keeps their prefix sums in shared memory).
 constexpr int64_t kIndexBalancedMaxRequests = 1024;
-
-// Balanced grids take the scorer's dense instance (three CTAs per SM instead of two, where it has
-// one) when the batch's block-table capacity gives at least this many blocks per dense CTA. The
-// extra CTAs keep more key loads in flight: e4m3 index call on the H200 at 128K x 64 333 -> 305
-// us, 512K x 16 335 -> 313, 128K x 64 ragged 178 -> 163. With about 40 blocks per dense CTA it
-// went either way (32K x 64 96 -> 91, ragged 128K x 16 50 -> 53..58), and with about 10 it was
-// 2-3 us slower (32K x 16, 128K x 4, 512K x 1)
-// (bench/results/2026-11-30-index-wide-e4m3-dense-ab/).
-constexpr int64_t kIndexDenseBalancedMinBlocks = 64;
 
 // Blocks [begin, end).
 struct BlockRange {
@@ -172,9 +161,7 @@ constexpr int kIndexMinBlocksPerCtaPastSms = 2;
 // wave of balanced_ctas CTAs that share the visible blocks of all requests at run time
 // (balanced_share): a static CTA's work is fixed by the plan, so in a ragged batch the CTAs of
 // short requests would leave their SMs idle while the long requests stream (ragged e4m3 index
-// calls 9-31% faster on the H200, bench/results/2026-11-30-index-balanced-grid-ab/). Large ones
-// (kIndexDenseBalancedMinBlocks) run the dense instance, dense_balanced_ctas_per_sm CTAs per SM,
-// where the scorer has one.
+// calls 9-31% faster on the H200, bench/results/2026-11-30-index-balanced-grid-ab/).
 //
 // The top-k selection is then a second kernel, one CTA per (row, head), except in decode calls
 // (a row tile is one request) with block tables of at most kIndexClusterSelectMaxBlocks columns
@@ -187,8 +174,7 @@ constexpr int kIndexMinBlocksPerCtaPastSms = 2;
 inline IndexLaunchPlan plan_index_launch(int64_t row_tiles, int64_t max_blocks, int sm_count,
                                          int ctas_per_sm, bool decode = false,
                                          const IndexClusterLimits& clusters = {},
-                                         int balanced_ctas_per_sm = 0,
-                                         int dense_balanced_ctas_per_sm = 0) {
+                                         int balanced_ctas_per_sm = 0) {
   IndexLaunchPlan p;
   p.row_tiles = row_tiles;
   if (row_tiles <= 0 || max_blocks <= 0) return p;
@@ -205,12 +191,6 @@ inline IndexLaunchPlan plan_index_launch(int64_t row_tiles, int64_t max_blocks, 
   if (balanced_ctas_per_sm > 0 && decode && row_tiles <= kIndexBalancedMaxRequests &&
       row_tiles * max_blocks <= INT32_MAX && row_tiles * p.chunks > wave) {
     p.balanced_ctas = int64_t{balanced_ctas_per_sm} * sms;
-    const int64_t dense_ctas = int64_t{dense_balanced_ctas_per_sm} * sms;
-    if (dense_balanced_ctas_per_sm > balanced_ctas_per_sm &&
-        row_tiles * max_blocks >= kIndexDenseBalancedMinBlocks * dense_ctas) {
-      p.balanced_ctas = dense_ctas;
-      p.balanced_dense = true;
-    }
     p.early_select = false;
     return p;
   }

@@ -47,9 +47,13 @@
 //   faster (512K x 4 62.5 -> 43.3 us, 128K x 64 200 -> 182), uniform ones within -3..+2.3%
 //   (bench/results/2026-11-30-index-balanced-grid-ab/). bf16 keys keep the static grid: their
 //   4-tile scorer is at its 128-register bound, and the balanced loop's state spilled inside its
-//   tile loop (1.9x slower). Large balanced grids over e4m3 keys and queries at head dim 128 run
-//   a dense instance, bounded to 80 registers so that three CTAs share an SM
-//   (plan.balanced_dense, kIndexDenseBalancedMinBlocks): 128K x 64 333 -> 305 us.
+//   tile loop (1.9x slower). Over e4m3 keys and queries at head dim 128 with one query n-tile
+//   (wide_key_tiles), a warp of the balanced grid scores 32 keys per tile instead of 16: the
+//   tile's epilogue, addressing and query loads serve twice the keys (~130 instead of ~190
+//   instructions per 16 keys). It replaced an 80-register instance at three CTAs per SM (more
+//   warps, the same instructions per key): e4m3 index calls 7-12% faster, 128K x 64 294.3 ->
+//   272.4 us, 512K x 4 95.7 -> 83.7, ragged 128K x 64 158.2 -> 148.8
+//   (bench/results/2026-11-30-index-m2-tiles-ab/).
 //   Decode calls with tables of at most 256 columns whose score CTAs of a request fit as one
 //   thread-block cluster, one cluster per request all resident at once (plan_index_launch;
 //   batch 8 at 8K on the H200), run index_score_mma_cluster_kernel alone instead: after a cluster
@@ -157,7 +161,7 @@ auto mma_instance() {
   if constexpr (kGrid == ScoreGrid::kClusterSelect) {
     return index_score_mma_cluster_kernel<CacheT, CH, kF16, kNTiles>;
   } else if constexpr (kGrid == ScoreGrid::kBalanced) {
-    return index_score_mma_balanced_kernel<CacheT, CH, kF16, kNTiles, 2>;
+    return index_score_mma_balanced_kernel<CacheT, CH, kF16, kNTiles, 1>;
   } else {
     return index_score_mma_kernel<CacheT, CH, kF16, kNTiles>;
   }
@@ -211,8 +215,18 @@ ClusterScoreKernel cluster_score_kernel(const IndexProblem& pb) {
   return mma_kernel<ScoreGrid::kClusterSelect>(pb);
 }
 
+// Whether the balanced grid of a decode problem over e4m3 keys scores 32-key warp tiles: e4m3
+// queries in one n-tile at head dim 128 (the MiniMax-M3 indexer's fp8 shape), blocks a multiple of
+// 32 keys. The other e4m3 instances keep 16-key tiles (not measured with 32; the bf16-query ones
+// convert keys through f32 and the wider ones hold more fragments).
+bool wide_key_tiles(const IndexProblem& pb) {
+  return pb.index_cache.dtype == DType::kE4M3 && pb.index_q.dtype == DType::kE4M3 &&
+         one_query_tile(pb) && pb.head_dim() == 128 && pb.index_cache.shape[1] % 32 == 0;
+}
+
 // The balanced-grid scorer of a decode problem over e4m3 keys (head dim 64, 128 or 192).
 ScoreKernel balanced_score_kernel(const IndexProblem& pb) {
+  if (wide_key_tiles(pb)) return index_score_mma_balanced_kernel<uint8_t, 2, true, 1, 2>;
   return pb.index_q.dtype == DType::kE4M3
              ? mma_for_problem<uint8_t, true, ScoreGrid::kBalanced>(pb)
              : mma_for_problem<uint8_t, false, ScoreGrid::kBalanced>(pb);
@@ -225,18 +239,6 @@ bool uses_tensor_cores(const IndexProblem& pb) {
   if (pb.index_cache.dtype == DType::kBF16) return true;
   return reinterpret_cast<uintptr_t>(pb.index_cache.data) % 16 == 0 &&
          pb.index_cache.strides[0] % 16 == 0 && pb.index_cache.strides[1] % 16 == 0;
-}
-
-// The dense balanced-grid scorer (three CTAs per SM) of a decode problem over e4m3 keys and e4m3
-// queries with one query n-tile and head dim 128, or null. Its head-dim-64 instance fits three
-// CTAs per SM anyway; with bf16 queries or wider heads the 80-register bound spills inside the
-// tile loop.
-ScoreKernel dense_balanced_score_kernel(const IndexProblem& pb) {
-  if (pb.index_cache.dtype != DType::kE4M3 || !one_query_tile(pb) || pb.head_dim() != 128 ||
-      pb.index_q.dtype != DType::kE4M3) {
-    return nullptr;
-  }
-  return index_score_mma_balanced_kernel<uint8_t, 2, true, 1, 3>;
 }
 
 // The score kernel of a problem: tensor cores where uses_tensor_cores, SIMT otherwise.
@@ -278,7 +280,6 @@ struct ScoreLaunchInfo {
   int ctas_per_sm = 1;                  // resident_ctas_per_sm
   detail::IndexClusterLimits clusters;  // of the cluster-selecting variant; none for SIMT
   int balanced_ctas_per_sm = 0;         // of the balanced-grid variant; 0 for SIMT
-  int dense_balanced_ctas_per_sm = 0;   // of its dense instance; 0 where there is none
 };
 
 ScoreLaunchInfo query_launch_info(const IndexProblem& pb) {
@@ -292,9 +293,6 @@ ScoreLaunchInfo query_launch_info(const IndexProblem& pb) {
     // spill too) (bench/results/2026-11-30-index-balanced-grid-ab/).
     if (pb.index_cache.dtype == DType::kE4M3 && pb.head_dim() <= 192) {
       info.balanced_ctas_per_sm = resident_ctas_per_sm(balanced_score_kernel(pb));
-      if (const ScoreKernel dense = dense_balanced_score_kernel(pb)) {
-        info.dense_balanced_ctas_per_sm = resident_ctas_per_sm(dense);
-      }
     }
   }
   return info;
@@ -304,13 +302,14 @@ ScoreLaunchInfo query_launch_info(const IndexProblem& pb) {
 // resources and the device (its SMs and GPCs), and the queries cost host time on every call.
 ScoreLaunchInfo launch_info(const IndexProblem& pb) {
   // MMA: (bf16, e4m3, e4m3 x e4m3 queries) x head dim 64..256 x (1, 4 query n-tiles); SIMT:
-  // (bf16, e4m3) x 1..4 units.
-  static PerDeviceCache<ScoreLaunchInfo, 24 + 8> cache;
+  // (bf16, e4m3) x 1..4 units; and the 32-key balanced instance (wide_key_tiles).
+  static PerDeviceCache<ScoreLaunchInfo, 24 + 8 + 1> cache;
   const bool bf16 = pb.index_cache.dtype == DType::kBF16;
   int variant = 0;
   if (uses_tensor_cores(pb)) {
     const int dtype = bf16 ? 0 : pb.index_q.dtype == DType::kE4M3 ? 2 : 1;
     variant = (one_query_tile(pb) ? 12 : 0) + dtype * 4 + static_cast<int>(pb.head_dim() / 64) - 1;
+    if (wide_key_tiles(pb)) variant = 32;
   } else {
     variant = 24 + (bf16 ? 0 : 4) + static_cast<int>((pb.head_dim() / 8 + 7) / 8) - 1;
   }
@@ -358,9 +357,9 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
   const int64_t row_tiles = pb.query_len > 0 ? rows.num_requests : (T + rpt - 1) / rpt;
   const ScoreKernel kernel = score_kernel(pb);
   const ScoreLaunchInfo info = launch_info(pb);
-  const detail::IndexLaunchPlan plan = detail::plan_index_launch(
-      row_tiles, pb.max_blocks(), device_sm_count(), info.ctas_per_sm, pb.query_len > 0,
-      info.clusters, info.balanced_ctas_per_sm, info.dense_balanced_ctas_per_sm);
+  const detail::IndexLaunchPlan plan =
+      detail::plan_index_launch(row_tiles, pb.max_blocks(), device_sm_count(), info.ctas_per_sm,
+                                pb.query_len > 0, info.clusters, info.balanced_ctas_per_sm);
   if (plan.chunks > 0) {
     if (row_tiles > 0x7FFFFFFF || plan.chunks > 65535) {
       return detail::not_supported("index_topk: batch too large for one CUDA grid (" +
@@ -391,11 +390,10 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
     const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(plan.chunks));
     const char* name = uses_tensor_cores(pb) ? "index_score_mma_kernel" : "index_score_kernel";
     if (plan.balanced_ctas > 0) {
-      MSA_RETURN_IF_ERROR(launch_kernel(
-          "index_score_mma_balanced_kernel",
-          plan.balanced_dense ? dense_balanced_score_kernel(pb) : balanced_score_kernel(pb),
-          dim3(1, static_cast<unsigned>(plan.balanced_ctas)), dim3(kScoreThreads), 0, cuda_stream,
-          prm));
+      MSA_RETURN_IF_ERROR(launch_kernel("index_score_mma_balanced_kernel",
+                                        balanced_score_kernel(pb),
+                                        dim3(1, static_cast<unsigned>(plan.balanced_ctas)),
+                                        dim3(kScoreThreads), 0, cuda_stream, prm));
     } else if (plan.cluster_select) {
       return launch_kernel_clustered("index_score_mma_cluster_kernel", cluster_score_kernel(pb),
                                      grid, dim3(kScoreThreads), 0, cuda_stream, dim3(1, grid.y, 1),

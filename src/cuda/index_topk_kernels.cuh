@@ -814,14 +814,18 @@ __device__ void cluster_select_topk(const IndexScoreParams& prm, const IndexSele
 
 // Same decomposition as index_score_kernel (CTA = row tile x chunk of blocks, block maxima via
 // shared-memory atomicMax over ordered floats), or with kGrid == kBalanced a share of all
-// requests' blocks; a warp scores 16-key tiles with mma.sync.
+// requests' blocks; a warp scores tiles of 16 kM keys with mma.sync.
 // CH = head_dim / 64. kF16: e4m3 keys and e4m3 queries, multiplied as f16 (exact like bf16).
 // kGrid == kClusterSelect: selects in-cluster into *sel (cluster_select_topk) instead of writing
 // scores.
 // kNTiles: n-tiles of 8 query vectors held per segment (kMaxScoreRowHeads / 8, or 1 for the
 // launcher's decode instances, which do without the unrolled code and registers of three unused
 // accumulator tiles).
-template <typename CacheT, int CH, bool kF16, ScoreGrid kGrid, int kNTiles>
+// kM: 16-key m-tiles per warp tile (block_size a multiple of 16 kM). With kM = 2 the tile's
+// epilogue (NaN filter, visibility, shuffles, shared atomics), its address arithmetic and its
+// query-fragment loads serve twice the keys: the head-dim-128 e4m3 instance issues ~130
+// instructions per 16 keys instead of ~190.
+template <typename CacheT, int CH, bool kF16, ScoreGrid kGrid, int kNTiles, int kM = 1>
 __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
                                           const IndexSelectParams* sel) {
   constexpr bool kClusterSelect = kGrid == ScoreGrid::kClusterSelect;
@@ -839,7 +843,7 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
   const int64_t bs = prm.rows.block_size;
   const int64_t T = prm.rows.num_rows;
   const int64_t max_blocks = prm.rows.max_blocks;
-  const int tiles_per_block = static_cast<int>(bs / 16);
+  const int tiles_per_block = static_cast<int>(bs / (16 * kM));
   const CacheT* cache = static_cast<const CacheT*>(prm.cache);
   const int key_stride = static_cast<int>(prm.cache_stride_key);
   const int lane_key = g * key_stride + tq * Load::kLaneElems;  // from a tile's first key
@@ -905,7 +909,7 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
       }
       __syncthreads();
 
-      // A warp's tiles are (bl, tin): 16-key tile tin of the chunk's block bl, stepping by
+      // A warp's tiles are (bl, tin): 16 kM-key tile tin of the chunk's block bl, stepping by
       // kScoreWarps tiles with 32-bit counters; offsets within a page are 32-bit (the launcher
       // bounds block_size x key stride), so a tile's addresses cost one 64-bit page base.
       struct TilePos {
@@ -926,11 +930,11 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
       // keys, or its page id is bad: the block keeps score -inf). The loop below keeps the next
       // tile's loads in flight while it multiplies the current one (a register double buffer).
       struct Frag {
-        uint4 r[CH][Load::kLoads][2];  // [chunk][j][key g, key g + 8]
+        uint4 r[kM][CH][Load::kLoads][2];  // [m-tile][chunk][j][key 16m + g, key 16m + g + 8]
       };
       auto load_tile = [&](TilePos tp, Frag& raw) -> bool {
         if (tp.bl >= nblk) return false;
-        const int in_block = tp.tin * 16;
+        const int in_block = tp.tin * 16 * kM;
         if (tp.bl * bsi + in_block > key_limit) return false;  // warp-uniform
         const int32_t page = s_page[tp.bl];
         if (page < 0 || page >= prm.num_cache_blocks) {
@@ -940,22 +944,30 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
         const CacheT* kbase =
             cache + page * prm.cache_stride_page + (in_block * key_stride + lane_key);
 #pragma unroll
-        for (int c = 0; c < CH; ++c) {
+        for (int m = 0; m < kM; ++m) {
 #pragma unroll
-          for (int j = 0; j < Load::kLoads; ++j) {
+          for (int c = 0; c < CH; ++c) {
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              raw.r[c][j][r] = __ldg(reinterpret_cast<const uint4*>(
-                  kbase + r * 8 * key_stride + c * 64 + j * 4 * Load::kLaneElems));
+            for (int j = 0; j < Load::kLoads; ++j) {
+#pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                raw.r[m][c][j][r] = __ldg(reinterpret_cast<const uint4*>(
+                    kbase + (m * 16 + r * 8) * key_stride + c * 64 + j * 4 * Load::kLaneElems));
+              }
             }
           }
         }
         return true;
       };
-      // The warp's first tile is in flight before anything else is computed.
       TilePos tp{warp / tiles_per_block, warp % tiles_per_block};
       Frag fa;
-      bool have = load_tile(tp, fa);
+      bool have = false;
+      // The static and in-cluster grids issue the warp's first tile before computing the
+      // visibility limits; the balanced grid computes the limits first. That order took the
+      // head-dim-128 e4m3 16-key-tile instances 1% faster on the H200 (128K x 64 300.5 -> 297.4
+      // us; bench/results/2026-11-30-index-bf16-balanced-ab/, variant H), and the 32-key-tile
+      // instance that replaced them was timed with it.
+      if constexpr (kGrid != ScoreGrid::kBalanced) have = load_tile(tp, fa);
       // Chunk-relative key k of the lane's row g is seen by query 2t (2t + 1) of n-tile n iff
       // k <= limit(n, 0) (limit(n, 1)); the lane's g is already subtracted, and the clamp to
       // [-1, chunk keys] decides the same. The one-n-tile instances keep the two limits in
@@ -973,48 +985,60 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
 #pragma unroll
         for (int q = 0; q < 2; ++q) lim[n][q] = kHoistLimits ? limit(n, q) : 0;
       }
+      if constexpr (kGrid == ScoreGrid::kBalanced) have = load_tile(tp, fa);
       // Scores the tile at p from its fragments into the block maxima.
       auto score_tile = [&](TilePos p, const Frag& raw) {
-        float acc[kNTiles][4];
+        float acc[kM][kNTiles][4];
 #pragma unroll
-        for (int n = 0; n < kNTiles; ++n) {
+        for (int m = 0; m < kM; ++m) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+          for (int n = 0; n < kNTiles; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.0f;
+          }
         }
 #pragma unroll
         for (int c = 0; c < CH; ++c) {
 #pragma unroll
           for (int s = 0; s < 4; ++s) {
-            uint32_t a[4];
-            a_fragment<CacheT, kF16>(raw.r[c], s, a);
 #pragma unroll
-            for (int n = 0; n < kNTiles; ++n) {
-              if (kNTiles == 1 || n < ntq) {  // warp-uniform; a segment has at least one n-tile
-                if constexpr (kF16) {
-                  mma_f16_m16n8k16(acc[n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
-                } else {
-                  mma_bf16_m16n8k16(acc[n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
+            for (int m = 0; m < kM; ++m) {
+              uint32_t a[4];
+              a_fragment<CacheT, kF16>(raw.r[m][c], s, a);
+#pragma unroll
+              for (int n = 0; n < kNTiles; ++n) {
+                if (kNTiles == 1 || n < ntq) {  // warp-uniform; a segment has at least one n-tile
+                  if constexpr (kF16) {
+                    mma_f16_m16n8k16(acc[m][n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
+                  } else {
+                    mma_bf16_m16n8k16(acc[m][n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
+                  }
                 }
               }
             }
           }
         }
-        // acc[n] = {key g x query 2t, key g x query 2t+1, key g+8 x query 2t, key g+8 x 2t+1}.
-        const int kr = p.bl * bsi + p.tin * 16;  // the tile's first key, chunk-relative
+        // acc[m][n] = {key 16m+g x query 2t, key 16m+g x query 2t+1, key 16m+g+8 x query 2t,
+        // key 16m+g+8 x 2t+1}; the m-tiles' maxima are taken before the shuffles.
+        const int kr = p.bl * bsi + p.tin * 16 * kM;  // the tile's first key, chunk-relative
 #pragma unroll
         for (int n = 0; n < kNTiles; ++n) {
           if (n >= ntq) break;
           const int rh0 = n * 8 + 2 * tq;
           float m0 = -INFINITY, m1 = -INFINITY;
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float v = acc[n][e];
-            if (isnan(v)) v = -1e30f;  // spec A12
-            const int k = e < 2 ? kr : kr + 8;
-            if ((e & 1) == 0) {
-              if (k <= (kHoistLimits ? lim[n][0] : limit(n, 0))) m0 = fmaxf(m0, v);
-            } else {
-              if (k <= (kHoistLimits ? lim[n][1] : limit(n, 1))) m1 = fmaxf(m1, v);
+          for (int m = 0; m < kM; ++m) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              float v = acc[m][n][e];
+              if (isnan(v)) v = -1e30f;    // spec A12
+              const int km = kr + 16 * m;  // the m-tile's first key
+              const int k = e < 2 ? km : km + 8;
+              if ((e & 1) == 0) {
+                if (k <= (kHoistLimits ? lim[n][0] : limit(n, 0))) m0 = fmaxf(m0, v);
+              } else {
+                if (k <= (kHoistLimits ? lim[n][1] : limit(n, 1))) m1 = fmaxf(m1, v);
+              }
             }
           }
 #pragma unroll
@@ -1147,13 +1171,11 @@ __global__ void __launch_bounds__(kScoreThreads, 2)
   score_mma<CacheT, CH, kF16, ScoreGrid::kStatic, kNTiles>(prm, nullptr);
 }
 
-// The balanced decode grid (IndexLaunchPlan::balanced_ctas CTAs in grid.y). kMinCtas 3 (the
-// dense instances, IndexLaunchPlan::balanced_dense): at most 80 registers, so three CTAs share an
-// SM and keep half as many key loads again in flight.
-template <typename CacheT, int CH, bool kF16, int kNTiles, int kMinCtas>
-__global__ void __launch_bounds__(kScoreThreads, kMinCtas)
+// The balanced decode grid (IndexLaunchPlan::balanced_ctas CTAs in grid.y); kM as in score_mma.
+template <typename CacheT, int CH, bool kF16, int kNTiles, int kM>
+__global__ void __launch_bounds__(kScoreThreads, 2)
     index_score_mma_balanced_kernel(const IndexScoreParams prm) {
-  score_mma<CacheT, CH, kF16, ScoreGrid::kBalanced, kNTiles>(prm, nullptr);
+  score_mma<CacheT, CH, kF16, ScoreGrid::kBalanced, kNTiles, kM>(prm, nullptr);
 }
 
 // The decode variant whose grid's chunks of a request (grid.y) are one thread-block cluster that

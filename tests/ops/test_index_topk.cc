@@ -700,19 +700,23 @@ TEST(IndexTopk, ManyRaggedRequestsBalancedGrid) {
   run_and_check(balanced_spec(DType::kBF16, 2, 4, 32));
 }
 
-// balanced_spec at head dim 128 with 400-column tables: 100 x 400 blocks are more than
-// kIndexDenseBalancedMinBlocks per CTA at three CTAs per SM on the H200, so CUDA runs the dense
-// instance of the balanced grid.
-BatchSpec dense_balanced_spec(uint64_t seed) {
+// balanced_spec at head dim 128 (e4m3 queries, one row) with tables of 8K tokens of block_size:
+// the CUDA balanced grid scores 32-key warp tiles when blocks are a multiple of 32 keys (64: two
+// tiles per block; 32: one) and 16-key tiles otherwise (48).
+BatchSpec wide_tile_balanced_spec(int64_t block_size, uint64_t seed) {
   BatchSpec s = balanced_spec(DType::kE4M3, 1, 1, seed);
   s.head_dim = 128;
-  s.table_cols = 400;
+  s.block_size = block_size;
+  s.table_cols = (8192 + block_size - 1) / block_size;
   return s;
 }
 
-TEST(IndexTopk, ManyRaggedRequestsDenseBalancedGrid) {
+TEST(IndexTopk, ManyRaggedRequestsBalancedGridHeadDim128) {
   MSA_REQUIRE_TEST_DEVICE();
-  run_and_check(dense_balanced_spec(34));
+  for (const int64_t bs : {64, 32, 48}) {
+    SCOPED_TRACE("block_size " + std::to_string(bs));
+    run_and_check(wide_tile_balanced_spec(bs, 34 + static_cast<uint64_t>(bs)));
+  }
 }
 
 TEST(IndexTopk, FewVisibleBlocksSelectsAll) {
@@ -1077,10 +1081,10 @@ void expect_bad_values_in_balanced_grid(const BatchSpec& spec) {
 
 TEST(IndexTopkBadInput, ValuesInBalancedGrid) {
   MSA_REQUIRE_TEST_DEVICE();
-  for (const bool dense : {false, true}) {
-    SCOPED_TRACE(dense ? "dense balanced grid" : "balanced grid");
-    expect_bad_values_in_balanced_grid(dense ? dense_balanced_spec(35)
-                                             : balanced_spec(DType::kE4M3, 1, 1, 33));
+  for (const bool wide : {false, true}) {
+    SCOPED_TRACE(wide ? "32-key tiles" : "16-key tiles");
+    expect_bad_values_in_balanced_grid(wide ? wide_tile_balanced_spec(64, 35)
+                                            : balanced_spec(DType::kE4M3, 1, 1, 33));
   }
 }
 

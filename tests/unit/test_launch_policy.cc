@@ -249,42 +249,6 @@ TEST(LaunchPolicy, IndexBalancesDecodeGridsPastOneWave) {
             0);
 }
 
-// Large balanced grids take the scorer's dense instance (three CTAs per SM) where it has one.
-TEST(LaunchPolicy, IndexDenseBalancedGridForLargeBatches) {
-  constexpr int kDense = 3;
-  // Batch 64 at 128K and 16 at 512K: at least kIndexDenseBalancedMinBlocks per dense CTA.
-  for (const auto& [tiles, nb] : {std::pair<int64_t, int64_t>{64, 1025}, {16, 4097}, {64, 4097}}) {
-    const IndexLaunchPlan p =
-        plan_index_launch(tiles, nb, kH200Sms, kScoreCtas, true, {}, kScoreCtas, kDense);
-    EXPECT_TRUE(p.balanced_dense) << tiles << " x " << nb;
-    EXPECT_EQ(p.balanced_ctas, kDense * kH200Sms) << tiles << " x " << nb;
-  }
-  // Smaller balanced grids (batch 64 at 32K, 16 at 128K, 4 at 512K: about 41 blocks per dense
-  // CTA) keep the regular instance.
-  for (const auto& [tiles, nb] : {std::pair<int64_t, int64_t>{64, 257}, {16, 1025}, {4, 4097}}) {
-    const IndexLaunchPlan p =
-        plan_index_launch(tiles, nb, kH200Sms, kScoreCtas, true, {}, kScoreCtas, kDense);
-    EXPECT_FALSE(p.balanced_dense) << tiles << " x " << nb;
-    EXPECT_EQ(p.balanced_ctas, kH200Wave) << tiles << " x " << nb;
-  }
-  // The threshold is exact: 64 blocks per dense CTA.
-  const int64_t at = kIndexDenseBalancedMinBlocks * kDense * kH200Sms;
-  EXPECT_TRUE(plan_index_launch(64, at / 64, kH200Sms, kScoreCtas, true, {}, kScoreCtas, kDense)
-                  .balanced_dense);
-  EXPECT_FALSE(
-      plan_index_launch(64, at / 64 - 1, kH200Sms, kScoreCtas, true, {}, kScoreCtas, kDense)
-          .balanced_dense);
-  // No dense instance (0), one no denser than the regular one, or a static grid: never dense.
-  EXPECT_FALSE(
-      plan_index_launch(64, 4097, kH200Sms, kScoreCtas, true, {}, kScoreCtas, 0).balanced_dense);
-  EXPECT_FALSE(plan_index_launch(64, 4097, kH200Sms, kScoreCtas, true, {}, kScoreCtas, kScoreCtas)
-                   .balanced_dense);
-  const IndexLaunchPlan one =
-      plan_index_launch(1, 4097, kH200Sms, kScoreCtas, true, {}, kScoreCtas, kDense);
-  EXPECT_EQ(one.balanced_ctas, 0);
-  EXPECT_FALSE(one.balanced_dense);
-}
-
 // The walk of every CTA of a balanced grid, as the score kernel runs it (balanced_units,
 // balanced_share, balanced_first, balanced_piece): every visible block of every request is scored
 // by exactly one CTA, in pieces of at most kIndexMaxBlocksPerCta blocks of one request, exactly
@@ -315,7 +279,7 @@ TEST(LaunchPolicy, IndexBalancedSharesCoverEveryBlockOnce) {
       total += static_cast<int32_t>(balanced_units(lens[static_cast<size_t>(r)], bs, max_blocks));
       ends[static_cast<size_t>(r)] = total;
     }
-    // Up to past the dense grid's 396 CTAs on the H200 (three per SM).
+    // Up to past a grid of three CTAs per SM on the H200 (396).
     const int64_t ctas = 1 + static_cast<int64_t>(rng() % 420);
     std::vector<std::vector<int>> owners(static_cast<size_t>(nreq));
     for (int32_t r = 0; r < nreq; ++r) {
