@@ -215,10 +215,11 @@ ClusterScoreKernel cluster_score_kernel(const IndexProblem& pb) {
   return mma_kernel<ScoreGrid::kClusterSelect>(pb);
 }
 
-// Whether the balanced grid of a decode problem over e4m3 keys scores 32-key warp tiles: e4m3
-// queries in one n-tile at head dim 128 (the MiniMax-M3 indexer's fp8 shape), blocks a multiple of
-// 32 keys. The other e4m3 instances keep 16-key tiles (not measured with 32; the bf16-query ones
-// convert keys through f32 and the wider ones hold more fragments).
+// Whether a decode problem over e4m3 keys has a 32-key-tile scorer: e4m3 queries in one n-tile at
+// head dim 128 (the MiniMax-M3 indexer's fp8 shape), blocks a multiple of 32 keys. Its balanced
+// grid always uses it; its static grid where the CTAs are long (index_static_wide_tiles). The other
+// e4m3 instances keep 16-key tiles (not measured with 32; the bf16-query ones convert keys through
+// f32 and the wider ones hold more fragments).
 bool wide_key_tiles(const IndexProblem& pb) {
   return pb.index_cache.dtype == DType::kE4M3 && pb.index_q.dtype == DType::kE4M3 &&
          one_query_tile(pb) && pb.head_dim() == 128 && pb.index_cache.shape[1] % 32 == 0;
@@ -399,8 +400,13 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
                                      grid, dim3(kScoreThreads), 0, cuda_stream, dim3(1, grid.y, 1),
                                      prm, sel);
     } else {
+      // Long static CTAs run the 32-key-tile instance where the problem has one; both instances
+      // keep two CTAs per SM (96 and 128 registers, the same shared memory), so the plan holds.
+      const ScoreKernel static_kernel = wide_key_tiles(pb) && detail::index_static_wide_tiles(plan)
+                                            ? index_score_mma_kernel<uint8_t, 2, true, 1, 2>
+                                            : kernel;
       MSA_RETURN_IF_ERROR(
-          launch_kernel(name, kernel, grid, dim3(kScoreThreads), 0, cuda_stream, prm));
+          launch_kernel(name, static_kernel, grid, dim3(kScoreThreads), 0, cuda_stream, prm));
     }
   }
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.num_heads()));

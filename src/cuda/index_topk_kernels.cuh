@@ -1164,11 +1164,11 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
   }
 }
 
-template <typename CacheT, int CH, bool kF16, int kNTiles>
+template <typename CacheT, int CH, bool kF16, int kNTiles, int kM = 1>
 __global__ void __launch_bounds__(kScoreThreads, 2)
     index_score_mma_kernel(const IndexScoreParams prm) {
   if (prm.early_select) allow_dependent_launch();
-  score_mma<CacheT, CH, kF16, ScoreGrid::kStatic, kNTiles>(prm, nullptr);
+  score_mma<CacheT, CH, kF16, ScoreGrid::kStatic, kNTiles, kM>(prm, nullptr);
 }
 
 // The balanced decode grid (IndexLaunchPlan::balanced_ctas CTAs in grid.y); kM as in score_mma.

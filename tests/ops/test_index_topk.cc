@@ -719,6 +719,26 @@ TEST(IndexTopk, ManyRaggedRequestsBalancedGridHeadDim128) {
   }
 }
 
+// A few long decode requests over e4m3 keys and queries at head dim 128 with 1024-column tables:
+// the static grid (4 x 64 CTAs fit one wave on the H200) has 16-block CTAs, which CUDA runs with
+// 32-key warp tiles when blocks are a multiple of 32 keys (32, 64) and with 16-key tiles otherwise
+// (48). A full table, padding, a partial last block and a request of two blocks.
+TEST(IndexTopk, LongStaticCtasHeadDim128) {
+  MSA_REQUIRE_TEST_DEVICE();
+  for (const int64_t bs : {32, 64, 48}) {
+    SCOPED_TRACE("block_size " + std::to_string(bs));
+    BatchSpec s;
+    s.q_dtype = DType::kE4M3;
+    s.k_dtype = DType::kE4M3;
+    s.head_dim = 128;
+    s.block_size = bs;
+    s.table_cols = 1024;
+    s.seq_lens = {1024 * bs, 0, 512 * bs + 17, bs + 1};
+    s.seed = 50 + static_cast<uint64_t>(bs);
+    run_and_check(s);
+  }
+}
+
 TEST(IndexTopk, FewVisibleBlocksSelectsAll) {
   MSA_REQUIRE_TEST_DEVICE();
   BatchSpec s;

@@ -249,6 +249,33 @@ TEST(LaunchPolicy, IndexBalancesDecodeGridsPastOneWave) {
             0);
 }
 
+// Static grids of 16-block CTAs take the 32-key-tile scorer where the problem has one (batch 64 at
+// 8K, 16 at 32K, 4 at 128K, 1 at 512K on the H200); grids of 2-8-block CTAs (batch 4, 16 and 32
+// at 8K, 1 and 4 at 32K, 1 at 128K), balanced and in-cluster grids and empty plans do not.
+TEST(LaunchPolicy, IndexStaticWideTilesOnlyForLongCtas) {
+  for (const auto& [tiles, nb] :
+       {std::pair<int64_t, int64_t>{64, 64}, {16, 256}, {4, 1024}, {1, 4096}}) {
+    const IndexLaunchPlan p = plan_decode(tiles, nb);
+    EXPECT_EQ(p.blocks_per_cta, kIndexWideTileMinBlocksPerCta) << tiles << " x " << nb;
+    EXPECT_TRUE(index_static_wide_tiles(p)) << tiles << " x " << nb;
+  }
+  for (const auto& [tiles, nb] :
+       {std::pair<int64_t, int64_t>{4, 64}, {16, 64}, {32, 64}, {1, 256}, {4, 256}, {1, 1024}}) {
+    const IndexLaunchPlan p = plan_decode(tiles, nb);
+    EXPECT_LT(p.blocks_per_cta, kIndexWideTileMinBlocksPerCta) << tiles << " x " << nb;
+    EXPECT_FALSE(index_static_wide_tiles(p)) << tiles << " x " << nb;
+  }
+  const IndexLaunchPlan balanced =
+      plan_index_launch(64, 1024, kH200Sms, kScoreCtas, true, {}, kScoreCtas);
+  ASSERT_GT(balanced.balanced_ctas, 0);
+  EXPECT_FALSE(index_static_wide_tiles(balanced));
+  IndexLaunchPlan clustered = plan_decode(8, 64);
+  ASSERT_TRUE(clustered.cluster_select);
+  clustered.blocks_per_cta = kIndexWideTileMinBlocksPerCta;
+  EXPECT_FALSE(index_static_wide_tiles(clustered));
+  EXPECT_FALSE(index_static_wide_tiles(plan_decode(0, 4096)));
+}
+
 // The walk of every CTA of a balanced grid, as the score kernel runs it (balanced_units,
 // balanced_share, balanced_first, balanced_piece): every visible block of every request is scored
 // by exactly one CTA, in pieces of at most kIndexMaxBlocksPerCta blocks of one request, exactly
