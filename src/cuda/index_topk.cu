@@ -47,13 +47,17 @@
 //   faster (512K x 4 62.5 -> 43.3 us, 128K x 64 200 -> 182), uniform ones within -3..+2.3%
 //   (bench/results/2026-11-30-index-balanced-grid-ab/). bf16 keys keep the static grid: their
 //   4-tile scorer is at its 128-register bound, and the balanced loop's state spilled inside its
-//   tile loop (1.9x slower). Over e4m3 keys and queries at head dim 128 with one query n-tile
-//   (wide_key_tiles), a warp of the balanced grid scores 32 keys per tile instead of 16: the
-//   tile's epilogue, addressing and query loads serve twice the keys (~130 instead of ~190
-//   instructions per 16 keys). It replaced an 80-register instance at three CTAs per SM (more
-//   warps, the same instructions per key): e4m3 index calls 7-12% faster, 128K x 64 294.3 ->
-//   272.4 us, 512K x 4 95.7 -> 83.7, ragged 128K x 64 158.2 -> 148.8
-//   (bench/results/2026-11-30-index-m2-tiles-ab/).
+//   tile loop (1.9x slower); their one-n-tile scorer fits with two named buffers, but on the
+//   balanced grid its uniform calls were 2-4% slower and only ragged ones faster (6-12%), which
+//   the host cannot tell apart (bench/results/2026-11-30-index-bf16-balanced-ab/).
+//   Over e4m3 keys and queries at head dim 128 with one query n-tile (wide_key_tiles), a warp of
+//   the balanced grid scores 32 keys per tile instead of 16: the tile's epilogue, addressing and
+//   query loads serve twice the keys (~130 instead of ~190 instructions per 16 keys). It replaced
+//   an 80-register instance at three CTAs per SM (more warps, the same instructions per key):
+//   e4m3 index calls 7-12% faster, 128K x 64 294.3 -> 272.4 us, 512K x 4 95.7 -> 83.7, ragged
+//   128K x 64 158.2 -> 148.8 (bench/results/2026-11-30-index-m2-tiles-ab/). Static grids of
+//   such problems use the 32-key scorer when their CTAs own 16 blocks or more
+//   (index_static_wide_tiles; 2-4% there, and 3-11% slower with 2-4-block CTAs).
 //   Decode calls with tables of at most 256 columns whose score CTAs of a request fit as one
 //   thread-block cluster, one cluster per request all resident at once (plan_index_launch;
 //   batch 8 at 8K on the H200), run index_score_mma_cluster_kernel alone instead: after a cluster
@@ -288,10 +292,8 @@ ScoreLaunchInfo query_launch_info(const IndexProblem& pb) {
   info.ctas_per_sm = resident_ctas_per_sm(score_kernel(pb));
   if (uses_tensor_cores(pb)) {
     info.clusters = query_cluster_limits(cluster_score_kernel(pb));
-    // The balanced grid's bf16-key scorer spills inside its tile loop (its loop state does not
-    // fit next to the 4-tile scorer's 128 registers) and was 1.9x slower than the static grid
-    // on the H200, so only e4m3 keys use it, up to head dim 192 (at 256 the e4m3 instances
-    // spill too) (bench/results/2026-11-30-index-balanced-grid-ab/).
+    // Only e4m3 keys use the balanced grid, up to head dim 192 (at 256 the e4m3 instances
+    // spill); bf16 keys lose on it (see the top of this file).
     if (pb.index_cache.dtype == DType::kE4M3 && pb.head_dim() <= 192) {
       info.balanced_ctas_per_sm = resident_ctas_per_sm(balanced_score_kernel(pb));
     }
