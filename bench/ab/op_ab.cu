@@ -8,9 +8,11 @@
 //
 //   op_ab [OPS] [CTX BATCH QLEN]
 //
-// OPS: all (the default), or a comma-separated list of index, attention and step. The optional
-// triple keeps only the cases of that shape (both dtypes, uniform and ragged), e.g. to profile one
-// of them with ncu.
+// OPS: all (the default: index, attention and step), or a comma-separated list of index,
+// attention, step and index-shapes. index-shapes (not in all) times the index op over e4m3 keys at
+// the other scorer instances: head dim 64 (index_d64), bf16 queries (index_qbf16) and both
+// (index_d64_qbf16). The optional triple keeps only the cases of that shape (both dtypes, uniform
+// and ragged), e.g. to profile one of them with ncu.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -22,6 +24,8 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "msa/attention.h"
@@ -84,6 +88,8 @@ __global__ void fill_f32(float* p, size_t n, float v) {
 struct Case {
   int ctx, batch, qlen;
   bool fp8, ragged;
+  int dim = kDim;       // index head dim (the index op only)
+  bool q_bf16 = false;  // bf16 index queries over fp8 keys (the index op only)
 };
 
 // Device buffers of one case, freed on scope exit.
@@ -172,21 +178,23 @@ void batch_metadata(const Case& c, int pool, std::vector<int32_t>* table,
 }
 
 bool run_index(const Case& c, cudaStream_t s, const Flush& fl) {
-  const int nb = c.ctx / kBlock, T = c.batch * c.qlen, pool = c.batch * nb + 8;
+  const int nb = c.ctx / kBlock, T = c.batch * c.qlen, pool = c.batch * nb + 8, di = c.dim;
   const size_t es = c.fp8 ? 1 : 2;
   const msa::DType dt = c.fp8 ? msa::DType::kE4M3 : msa::DType::kBF16;
+  const bool q_fp8 = c.fp8 && !c.q_bf16;
+  const msa::DType qt = q_fp8 ? msa::DType::kE4M3 : msa::DType::kBF16;
   Buffers b;
   void *cache, *q;
   int32_t *bt, *sl, *tk;
-  if (!b.alloc(&cache, static_cast<size_t>(pool) * kBlock * kDim * es) ||
-      !b.alloc(&q, static_cast<size_t>(T) * kDim * es) ||
+  if (!b.alloc(&cache, static_cast<size_t>(pool) * kBlock * di * es) ||
+      !b.alloc(&q, static_cast<size_t>(T) * di * (q_fp8 ? 1 : 2)) ||
       !b.alloc(&bt, static_cast<size_t>(c.batch) * nb * 4) || !b.alloc(&sl, c.batch * 4u) ||
       !b.alloc(&tk, static_cast<size_t>(T) * kTopk * 4)) {
     std::printf("index: allocation failed\n");
     return false;
   }
-  fill<<<1024, 256>>>(cache, static_cast<size_t>(pool) * kBlock * kDim, 1, c.fp8);
-  fill<<<64, 256>>>(q, static_cast<size_t>(T) * kDim, 2, c.fp8);
+  fill<<<1024, 256>>>(cache, static_cast<size_t>(pool) * kBlock * di, 1, c.fp8);
+  fill<<<64, 256>>>(q, static_cast<size_t>(T) * di, 2, q_fp8);
   std::vector<int32_t> table, lens;
   batch_metadata(c, pool, &table, &lens);
   AB_CHECK(cudaMemcpy(bt, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
@@ -194,8 +202,8 @@ bool run_index(const Case& c, cudaStream_t s, const Flush& fl) {
   const msa::Device dev = msa::Device::cuda(0);
   msa::IndexTopkDecodeArgs a;
   a.query_len = c.qlen;
-  a.index_q = msa::make_tensor(q, dt, {T, 1, kDim}, dev);
-  a.index_cache = msa::make_tensor(cache, dt, {pool, kBlock, kDim}, dev);
+  a.index_q = msa::make_tensor(q, qt, {T, 1, di}, dev);
+  a.index_cache = msa::make_tensor(cache, dt, {pool, kBlock, di}, dev);
   a.block_table = msa::make_tensor(bt, msa::DType::kI32, {c.batch, nb}, dev);
   a.seq_lens = msa::make_tensor(sl, msa::DType::kI32, {c.batch}, dev);
   a.topk_out = msa::make_tensor(tk, msa::DType::kI32, {1, T, kTopk}, dev);
@@ -218,7 +226,9 @@ bool run_index(const Case& c, cudaStream_t s, const Flush& fl) {
     *h = fnv(out.data(), out.size() * 4);
     return true;
   };
-  return time_op("index", c, s, fl, op, hash);
+  const char* name = di != kDim ? (c.q_bf16 ? "index_d64_qbf16" : "index_d64")
+                                : (c.q_bf16 ? "index_qbf16" : "index");
+  return time_op(name, c, s, fl, op, hash);
 }
 
 bool run_attention(const Case& c, cudaStream_t s, const Flush& fl) {
@@ -465,6 +475,30 @@ std::vector<Case> index_cases() {
   return cases;
 }
 
+// index-shapes: e4m3 keys at the scorer instances the default cases do not reach (head dim 64,
+// bf16 queries, both), on static grids of short (8K x 4) and long CTAs (8K x 64, 128K x 4), and on
+// balanced grids (32K x 64, 128K x 16, 128K x 64, ragged 128K x 64).
+std::vector<Case> index_shape_cases() {
+  std::vector<Case> cases;
+  for (const auto& [dim, q_bf16] :
+       std::vector<std::pair<int, bool>>{{64, false}, {128, true}, {64, true}}) {
+    for (const auto& [ctx, batch, ragged] :
+         std::vector<std::tuple<int, int, bool>>{{8192, 4, false},
+                                                 {8192, 64, false},
+                                                 {131072, 4, false},
+                                                 {32768, 64, false},
+                                                 {131072, 16, false},
+                                                 {131072, 64, false},
+                                                 {131072, 64, true}}) {
+      Case c{ctx, batch, 1, true, ragged};
+      c.dim = dim;
+      c.q_bf16 = q_bf16;
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
 std::vector<Case> step_cases() {
   std::vector<Case> cases;
   for (bool fp8 : {false, true}) {
@@ -502,7 +536,8 @@ std::vector<Case> attention_cases() {
 
 int main(int argc, char** argv) {
   // OPS: "all" or a comma-separated list of known ops; anything else is a usage error.
-  bool index = false, attention = false, step = false, ops_ok = argc == 1 || argc == 2 || argc == 5;
+  bool index = false, attention = false, step = false, shapes = false;
+  bool ops_ok = argc == 1 || argc == 2 || argc == 5;
   std::string ops = argc > 1 ? argv[1] : "all";
   for (size_t begin = 0; ops_ok && begin <= ops.size();) {
     const size_t end = std::min(ops.find(',', begin), ops.size());
@@ -515,6 +550,8 @@ int main(int argc, char** argv) {
       attention = true;
     } else if (op == "step") {
       step = true;
+    } else if (op == "index-shapes") {
+      shapes = true;
     } else {
       ops_ok = false;
     }
@@ -529,12 +566,12 @@ int main(int argc, char** argv) {
   };
   int matching = 0;
   for (const auto& [wanted, cases] :
-       {std::make_pair(index, index_cases()), std::make_pair(attention, attention_cases()),
-        std::make_pair(step, step_cases())}) {
+       {std::make_pair(index, index_cases()), std::make_pair(shapes, index_shape_cases()),
+        std::make_pair(attention, attention_cases()), std::make_pair(step, step_cases())}) {
     if (wanted) matching += static_cast<int>(std::count_if(cases.begin(), cases.end(), selected));
   }
   if (!ops_ok || matching == 0) {
-    std::printf("usage: op_ab [all|index,attention,step] [CTX BATCH QLEN]%s\n",
+    std::printf("usage: op_ab [all|index,index-shapes,attention,step] [CTX BATCH QLEN]%s\n",
                 ops_ok ? " (no case of these ops has that shape)" : "");
     return 2;
   }
@@ -550,6 +587,11 @@ int main(int argc, char** argv) {
   }
   if (index) {
     for (const Case& c : index_cases()) {
+      if (selected(c) && !run_index(c, s, fl)) return 1;
+    }
+  }
+  if (shapes) {
+    for (const Case& c : index_shape_cases()) {
       if (selected(c) && !run_index(c, s, fl)) return 1;
     }
   }
