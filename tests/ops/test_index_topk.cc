@@ -723,19 +723,23 @@ TEST(IndexTopk, ManyRaggedRequestsBalancedGridHeadDim128) {
 // the static grid (4 x 64 CTAs fit one wave on the H200) has 16-block CTAs, which CUDA runs with
 // 32-key warp tiles when blocks are a multiple of 32 keys (32, 64) and with 16-key tiles otherwise
 // (48). A full table, padding, a partial last block and a request of two blocks.
+BatchSpec long_static_spec(int64_t bs) {
+  BatchSpec s;
+  s.q_dtype = DType::kE4M3;
+  s.k_dtype = DType::kE4M3;
+  s.head_dim = 128;
+  s.block_size = bs;
+  s.table_cols = 1024;
+  s.seq_lens = {1024 * bs, 0, 512 * bs + 17, bs + 1};
+  s.seed = 50 + static_cast<uint64_t>(bs);
+  return s;
+}
+
 TEST(IndexTopk, LongStaticCtasHeadDim128) {
   MSA_REQUIRE_TEST_DEVICE();
   for (const int64_t bs : {32, 64, 48}) {
     SCOPED_TRACE("block_size " + std::to_string(bs));
-    BatchSpec s;
-    s.q_dtype = DType::kE4M3;
-    s.k_dtype = DType::kE4M3;
-    s.head_dim = 128;
-    s.block_size = bs;
-    s.table_cols = 1024;
-    s.seq_lens = {1024 * bs, 0, 512 * bs + 17, bs + 1};
-    s.seed = 50 + static_cast<uint64_t>(bs);
-    run_and_check(s);
+    run_and_check(long_static_spec(bs));
   }
 }
 
@@ -1106,6 +1110,32 @@ TEST(IndexTopkBadInput, ValuesInBalancedGrid) {
     expect_bad_values_in_balanced_grid(wide ? wide_tile_balanced_spec(64, 35)
                                             : balanced_spec(DType::kE4M3, 1, 1, 33));
   }
+}
+
+// Bad page ids and lengths on the long static CTAs of long_static_spec (32-key tiles on CUDA).
+TEST(IndexTopkBadInput, ValuesOnLongStaticCtas) {
+  MSA_REQUIRE_TEST_DEVICE();
+  Batch b = make_batch(long_static_spec(64), test_device());
+  const IndexTopkDecodeArgs a = decode_args(b);
+  const int64_t mb = b.oracle_in.max_blocks;
+  const int64_t num_blocks = b.index_cache.shape()[0];
+  const double page = b.block_table.get({0, 700});  // request 0 sees all 1024 blocks
+
+  b.block_table.set({0, 700}, static_cast<double>(num_blocks));
+  expect_bad_value(b, a, kDeviceErrorBlockId, "block id >= num_blocks");
+  b.block_table.set({0, 700}, -1);
+  expect_bad_value(b, a, kDeviceErrorBlockId, "negative block id");
+  b.block_table.set({0, 700}, page);
+
+  b.seq_lens.set_flat(3, static_cast<double>(64 * mb + 1));
+  expect_bad_value(b, a, kDeviceErrorSeqLen, "seq_len beyond the block table");
+  b.seq_lens.set_flat(3, 65);
+
+  upload_all(b);
+  const Status st = run_batch(b, b.topk_out.view(), Stream());
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  b.flags.download();
+  EXPECT_EQ(b.flags.get_flat(0), 0.0);
 }
 
 TEST(IndexTopkBadInput, ValuesPrefill) {
