@@ -1057,7 +1057,8 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
         // double buffer costs no register copies. The balanced e4m3 grid runs it; in the same
         // A/B the static and in-cluster e4m3 kernels were up to 9% faster with the copying loop
         // below, and bf16 keys (with hoisted limits) up to 5%
-        // (bench/results/2026-11-30-index-loop-pingpong-ab/).
+        // (bench/results/2026-11-30-index-loop-pingpong-ab/); the static 32-key instance was too
+        // (bench/results/2026-11-30-index-m2-tiles-ab/, call 4).
         Frag fb;
         while (tp.bl < nblk) {
           TilePos tn = advance(tp);
