@@ -219,19 +219,41 @@ ClusterScoreKernel cluster_score_kernel(const IndexProblem& pb) {
   return mma_kernel<ScoreGrid::kClusterSelect>(pb);
 }
 
-// Whether a decode problem over e4m3 keys has a 32-key-tile scorer: e4m3 queries in one n-tile at
-// head dim 128 (the MiniMax-M3 indexer's fp8 shape), blocks a multiple of 32 keys. Its balanced
-// grid always uses it; its static grid where the CTAs are long (index_static_wide_tiles). The other
-// e4m3 instances keep 16-key tiles (not measured with 32; the bf16-query ones convert keys through
-// f32 and the wider ones hold more fragments).
+// Whether a decode problem over e4m3 keys has a 32-key-tile scorer: one query n-tile at head dim
+// 64 or 128, either query type, blocks a multiple of 32 keys. Its balanced grid always uses it; its
+// static grid where the CTAs are long (index_static_wide_tiles) and static_wide_key_tiles allows.
+// On the H200 the balanced calls took 7-17% less time with it, e4m3 queries at head dim 128
+// (128K x 64 294.3 -> 272.4 us; bench/results/2026-11-30-index-m2-tiles-ab/) as well as head dim
+// 64 and bf16 queries (128K x 64: head dim 64 200.5 -> 182.2, bf16 queries 357.3 -> 295.3;
+// bench/results/2026-11-30-index-m2-more-ab/).
 bool wide_key_tiles(const IndexProblem& pb) {
-  return pb.index_cache.dtype == DType::kE4M3 && pb.index_q.dtype == DType::kE4M3 &&
-         one_query_tile(pb) && pb.head_dim() == 128 && pb.index_cache.shape[1] % 32 == 0;
+  return pb.index_cache.dtype == DType::kE4M3 && one_query_tile(pb) &&
+         (pb.head_dim() == 64 || pb.head_dim() == 128) && pb.index_cache.shape[1] % 32 == 0;
+}
+
+// Whether long static CTAs of a wide_key_tiles problem take the 32-key tiles too: only with e4m3
+// queries at head dim 128. With bf16 queries at head dim 128 the 16-block CTAs gained at 8K x 64
+// (31.4 -> 29.8 us) and lost at 128K x 4 (33.5 -> 34.6) in the same call; at head dim 64 the
+// 32-key instance holds two CTAs per SM where the 16-key one holds three, so the plan's one-wave
+// grid (sized by the latter) could take a second wave (bench/results/2026-11-30-index-m2-more-ab/).
+bool static_wide_key_tiles(const IndexProblem& pb) {
+  return wide_key_tiles(pb) && pb.head_dim() == 128 && pb.index_q.dtype == DType::kE4M3;
+}
+
+// The balanced-grid scorer of a wide_key_tiles problem.
+ScoreKernel wide_tile_balanced_kernel(const IndexProblem& pb) {
+  const bool f16 = pb.index_q.dtype == DType::kE4M3;
+  if (pb.head_dim() == 64) {
+    return f16 ? index_score_mma_balanced_kernel<uint8_t, 1, true, 1, 2>
+               : index_score_mma_balanced_kernel<uint8_t, 1, false, 1, 2>;
+  }
+  return f16 ? index_score_mma_balanced_kernel<uint8_t, 2, true, 1, 2>
+             : index_score_mma_balanced_kernel<uint8_t, 2, false, 1, 2>;
 }
 
 // The balanced-grid scorer of a decode problem over e4m3 keys (head dim 64, 128 or 192).
 ScoreKernel balanced_score_kernel(const IndexProblem& pb) {
-  if (wide_key_tiles(pb)) return index_score_mma_balanced_kernel<uint8_t, 2, true, 1, 2>;
+  if (wide_key_tiles(pb)) return wide_tile_balanced_kernel(pb);
   return pb.index_q.dtype == DType::kE4M3
              ? mma_for_problem<uint8_t, true, ScoreGrid::kBalanced>(pb)
              : mma_for_problem<uint8_t, false, ScoreGrid::kBalanced>(pb);
@@ -305,14 +327,15 @@ ScoreLaunchInfo query_launch_info(const IndexProblem& pb) {
 // resources and the device (its SMs and GPCs), and the queries cost host time on every call.
 ScoreLaunchInfo launch_info(const IndexProblem& pb) {
   // MMA: (bf16, e4m3, e4m3 x e4m3 queries) x head dim 64..256 x (1, 4 query n-tiles); SIMT:
-  // (bf16, e4m3) x 1..4 units; and the 32-key balanced instance (wide_key_tiles).
-  static PerDeviceCache<ScoreLaunchInfo, 24 + 8 + 1> cache;
+  // (bf16, e4m3) x 1..4 units; and the 32-key instances (wide_key_tiles: head dim 64, 128 x query
+  // type).
+  static PerDeviceCache<ScoreLaunchInfo, 24 + 8 + 4> cache;
   const bool bf16 = pb.index_cache.dtype == DType::kBF16;
   int variant = 0;
   if (uses_tensor_cores(pb)) {
     const int dtype = bf16 ? 0 : pb.index_q.dtype == DType::kE4M3 ? 2 : 1;
     variant = (one_query_tile(pb) ? 12 : 0) + dtype * 4 + static_cast<int>(pb.head_dim() / 64) - 1;
-    if (wide_key_tiles(pb)) variant = 32;
+    if (wide_key_tiles(pb)) variant = 32 + (pb.head_dim() == 128 ? 2 : 0) + (dtype == 2 ? 1 : 0);
   } else {
     variant = 24 + (bf16 ? 0 : 4) + static_cast<int>((pb.head_dim() / 8 + 7) / 8) - 1;
   }
@@ -402,11 +425,13 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
                                      grid, dim3(kScoreThreads), 0, cuda_stream, dim3(1, grid.y, 1),
                                      prm, sel);
     } else {
-      // Long static CTAs run the 32-key-tile instance where the problem has one; both instances
-      // keep two CTAs per SM (96 and 128 registers, the same shared memory), so the plan holds.
-      const ScoreKernel static_kernel = wide_key_tiles(pb) && detail::index_static_wide_tiles(plan)
-                                            ? index_score_mma_kernel<uint8_t, 2, true, 1, 2>
-                                            : kernel;
+      // Long static CTAs run the 32-key-tile instance where static_wide_key_tiles allows; both
+      // instances keep two CTAs per SM (96 and 128 registers, the same shared memory), so the
+      // plan holds.
+      const ScoreKernel static_kernel =
+          static_wide_key_tiles(pb) && detail::index_static_wide_tiles(plan)
+              ? index_score_mma_kernel<uint8_t, 2, true, 1, 2>
+              : kernel;
       MSA_RETURN_IF_ERROR(
           launch_kernel(name, static_kernel, grid, dim3(kScoreThreads), 0, cuda_stream, prm));
     }

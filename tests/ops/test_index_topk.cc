@@ -700,12 +700,14 @@ TEST(IndexTopk, ManyRaggedRequestsBalancedGrid) {
   run_and_check(balanced_spec(DType::kBF16, 2, 4, 32));
 }
 
-// balanced_spec at head dim 128 (e4m3 queries, one row) with tables of 8K tokens of block_size:
-// the CUDA balanced grid scores 32-key warp tiles when blocks are a multiple of 32 keys (64: two
-// tiles per block; 32: one) and 16-key tiles otherwise (48).
-BatchSpec wide_tile_balanced_spec(int64_t block_size, uint64_t seed) {
-  BatchSpec s = balanced_spec(DType::kE4M3, 1, 1, seed);
-  s.head_dim = 128;
+// balanced_spec (one row) at head dim `di` with `q_dtype` queries and tables of 8K tokens of
+// block_size: the CUDA balanced grid scores 32-key warp tiles when blocks are a multiple of 32
+// keys (64: two tiles per block; 32: one) and 16-key tiles otherwise (48), at head dims 64 and
+// 128 with either query type.
+BatchSpec wide_tile_balanced_spec(int64_t block_size, uint64_t seed, DType q_dtype = DType::kE4M3,
+                                  int64_t di = 128) {
+  BatchSpec s = balanced_spec(q_dtype, 1, 1, seed);
+  s.head_dim = di;
   s.block_size = block_size;
   s.table_cols = (8192 + block_size - 1) / block_size;
   return s;
@@ -719,15 +721,25 @@ TEST(IndexTopk, ManyRaggedRequestsBalancedGridHeadDim128) {
   }
 }
 
-// A few long decode requests over e4m3 keys and queries at head dim 128 with 1024-column tables:
-// the static grid (4 x 64 CTAs fit one wave on the H200) has 16-block CTAs, which CUDA runs with
-// 32-key warp tiles when blocks are a multiple of 32 keys (32, 64) and with 16-key tiles otherwise
-// (48). A full table, padding, a partial last block and a request of two blocks.
-BatchSpec long_static_spec(int64_t bs) {
+TEST(IndexTopk, ManyRaggedRequestsBalancedGridWideTileInstances) {
+  MSA_REQUIRE_TEST_DEVICE();
+  for (const auto& [di, q_dtype] :
+       {std::pair<int64_t, DType>{128, DType::kBF16}, {64, DType::kE4M3}, {64, DType::kBF16}}) {
+    SCOPED_TRACE("head dim " + std::to_string(di) + ", queries " + dtype_name(q_dtype));
+    run_and_check(wide_tile_balanced_spec(64, 36 + static_cast<uint64_t>(di), q_dtype, di));
+  }
+}
+
+// A few long decode requests over e4m3 keys with 1024-column tables: the static grid (4 x 64 CTAs
+// fit one wave on the H200) has 16-block CTAs, which CUDA runs with 32-key warp tiles with e4m3
+// queries at head dim 128 when blocks are a multiple of 32 keys (32, 64), and with 16-key tiles
+// otherwise (block size 48, bf16 queries, head dim 64). A full table, padding, a partial last
+// block and a request of two blocks.
+BatchSpec long_static_spec(int64_t bs, DType q_dtype = DType::kE4M3, int64_t di = 128) {
   BatchSpec s;
-  s.q_dtype = DType::kE4M3;
+  s.q_dtype = q_dtype;
   s.k_dtype = DType::kE4M3;
-  s.head_dim = 128;
+  s.head_dim = di;
   s.block_size = bs;
   s.table_cols = 1024;
   s.seq_lens = {1024 * bs, 0, 512 * bs + 17, bs + 1};
@@ -740,6 +752,15 @@ TEST(IndexTopk, LongStaticCtasHeadDim128) {
   for (const int64_t bs : {32, 64, 48}) {
     SCOPED_TRACE("block_size " + std::to_string(bs));
     run_and_check(long_static_spec(bs));
+  }
+}
+
+TEST(IndexTopk, LongStaticCtasOtherScorerInstances) {
+  MSA_REQUIRE_TEST_DEVICE();
+  for (const auto& [di, q_dtype] :
+       {std::pair<int64_t, DType>{128, DType::kBF16}, {64, DType::kE4M3}, {64, DType::kBF16}}) {
+    SCOPED_TRACE("head dim " + std::to_string(di) + ", queries " + dtype_name(q_dtype));
+    run_and_check(long_static_spec(64, q_dtype, di));
   }
 }
 
