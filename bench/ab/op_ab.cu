@@ -9,10 +9,11 @@
 //   op_ab [OPS] [CTX BATCH QLEN]
 //
 // OPS: all (the default: index, attention and step), or a comma-separated list of index,
-// attention, step and index-shapes. index-shapes (not in all) times the index op over e4m3 keys at
-// the other scorer instances: head dim 64 (index_d64), bf16 queries (index_qbf16) and both
-// (index_d64_qbf16). The optional triple keeps only the cases of that shape (both dtypes, uniform
-// and ragged), e.g. to profile one of them with ncu.
+// attention, step and index-shapes. index-shapes (not in all) times the index op at the scorer
+// instances the default cases do not reach: over e4m3 keys at head dim 64 (index_d64), with bf16
+// queries (index_qbf16) and both (index_d64_qbf16); over bf16 keys at head dims 192 and 256
+// (index_d192, index_d256). The optional triple keeps only the cases of that shape (both dtypes,
+// uniform and ragged), e.g. to profile one of them with ncu.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -226,9 +227,10 @@ bool run_index(const Case& c, cudaStream_t s, const Flush& fl) {
     *h = fnv(out.data(), out.size() * 4);
     return true;
   };
-  const char* name = di != kDim ? (c.q_bf16 ? "index_d64_qbf16" : "index_d64")
-                                : (c.q_bf16 ? "index_qbf16" : "index");
-  return time_op(name, c, s, fl, op, hash);
+  const std::string name = std::string("index") +
+                           (di != kDim ? "_d" + std::to_string(di) : std::string()) +
+                           (c.q_bf16 ? "_qbf16" : "");
+  return time_op(name.c_str(), c, s, fl, op, hash);
 }
 
 bool run_attention(const Case& c, cudaStream_t s, const Flush& fl) {
@@ -477,7 +479,8 @@ std::vector<Case> index_cases() {
 
 // index-shapes: e4m3 keys at the scorer instances the default cases do not reach (head dim 64,
 // bf16 queries, both), on static grids of short (8K x 4) and long CTAs (8K x 64, 128K x 4), and on
-// balanced grids (32K x 64, 128K x 16, 128K x 64, ragged 128K x 64).
+// balanced grids (32K x 64, 128K x 16, 128K x 64, ragged 128K x 64); bf16 keys at head dims 192
+// and 256.
 std::vector<Case> index_shape_cases() {
   std::vector<Case> cases;
   for (const auto& [dim, q_bf16] :
@@ -493,6 +496,15 @@ std::vector<Case> index_shape_cases() {
       Case c{ctx, batch, 1, true, ragged};
       c.dim = dim;
       c.q_bf16 = q_bf16;
+      cases.push_back(c);
+    }
+  }
+  // bf16 keys at the wide head dims, on static grids of short and long CTAs.
+  for (int dim : {192, 256}) {
+    for (const auto& [ctx, batch] :
+         std::vector<std::pair<int, int>>{{8192, 4}, {8192, 64}, {131072, 4}, {131072, 16}}) {
+      Case c{ctx, batch, 1, false, false};
+      c.dim = dim;
       cases.push_back(c);
     }
   }

@@ -149,18 +149,21 @@ constexpr int kIndexEarlySelectMaxBlocks = 4;
 constexpr int kIndexMinBlocksPerCtaPastSms = 2;
 
 // A static score grid whose CTAs own at least this many blocks runs the scorer's 32-key-tile
-// instance where it has one (the e4m3 head-dim-128 decode scorer): each warp then has several
-// tiles to stream, and the tile's fixed costs serve twice the keys. On the H200 that took the
-// e4m3 index calls of 16-block CTAs 2-4% faster (8K x 64 28.5 -> 27.6 us, 128K x 4 31.8 -> 30.6,
-// 512K x 1 33.5 -> 32.1), while grids of 2-4-block CTAs, whose warps own one or two tiles, were
-// 3-11% slower with it (8K x 4 11.2 -> 11.7, 32K x 4 with 4 rows per request 21.0 -> 23.3)
+// instance where it has one (e4m3-key decode scorers at head dim 64 and 128): each warp then has
+// several tiles to stream, and the tile's fixed costs serve twice the keys. On the H200 that took
+// the e4m3 index calls of 16-block CTAs 2-4% faster (8K x 64 28.5 -> 27.6 us, 128K x 4 31.8
+// -> 30.6, 512K x 1 33.5 -> 32.1), while grids of 2-4-block CTAs, whose warps own one or two tiles,
+// were 3-11% slower with it (8K x 4 11.2 -> 11.7, 32K x 4 with 4 rows per request 21.0 -> 23.3)
 // (bench/results/2026-11-30-index-m2-tiles-ab/, call 3).
 constexpr int kIndexWideTileMinBlocksPerCta = 16;
 
-// Whether a plan's score grid is static with CTAs long enough for 32-key tiles.
-inline bool index_static_wide_tiles(const IndexLaunchPlan& p) {
+// Whether a plan's score grid is static with CTAs long enough for 32-key tiles, and fits one wave
+// of the 32-key instance (wide_wave: its resident CTAs per SM x SMs). The plan sizes its grid by
+// the 16-key instance's occupancy, which can be higher (head dim 64: three CTAs per SM against
+// two), and a second, partial wave would cost more than the wider tiles save.
+inline bool index_static_wide_tiles(const IndexLaunchPlan& p, int64_t wide_wave) {
   return p.chunks > 0 && p.balanced_ctas == 0 && !p.cluster_select &&
-         p.blocks_per_cta >= kIndexWideTileMinBlocksPerCta;
+         p.blocks_per_cta >= kIndexWideTileMinBlocksPerCta && p.row_tiles * p.chunks <= wide_wave;
 }
 
 // row_tiles x max_blocks block positions, cut into CTAs of blocks_per_cta consecutive blocks.

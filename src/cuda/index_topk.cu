@@ -50,14 +50,17 @@
 //   tile loop (1.9x slower); their one-n-tile scorer fits with two named buffers, but on the
 //   balanced grid its uniform calls were 2-4% slower and only ragged ones faster (6-12%), which
 //   the host cannot tell apart (bench/results/2026-11-30-index-bf16-balanced-ab/).
-//   Over e4m3 keys and queries at head dim 128 with one query n-tile (wide_key_tiles), a warp of
-//   the balanced grid scores 32 keys per tile instead of 16: the tile's epilogue, addressing and
-//   query loads serve twice the keys (~130 instead of ~190 instructions per 16 keys). It replaced
-//   an 80-register instance at three CTAs per SM (more warps, the same instructions per key):
-//   e4m3 index calls 7-12% faster, 128K x 64 294.3 -> 272.4 us, 512K x 4 95.7 -> 83.7, ragged
-//   128K x 64 158.2 -> 148.8 (bench/results/2026-11-30-index-m2-tiles-ab/). Static grids of
-//   such problems use the 32-key scorer when their CTAs own 16 blocks or more
-//   (index_static_wide_tiles; 2-4% there, and 3-11% slower with 2-4-block CTAs).
+//   Over e4m3 keys at head dim 64 or 128 with one query n-tile (wide_key_tiles), a warp of the
+//   balanced grid scores 32 keys per tile instead of 16: the tile's epilogue, addressing and
+//   query loads serve twice the keys (~130 instead of ~190 instructions per 16 keys with e4m3
+//   queries at head dim 128). There it replaced an 80-register instance at three CTAs per SM
+//   (more warps, the same instructions per key): e4m3 index calls 7-12% faster, 128K x 64 294.3
+//   -> 272.4 us, 512K x 4 95.7 -> 83.7, ragged 128K x 64 158.2 -> 148.8
+//   (bench/results/2026-11-30-index-m2-tiles-ab/); at head dim 64 and with bf16 queries the
+//   balanced calls gained 7-17% (2026-11-30-index-m2-more-ab/). Static grids of such problems
+//   use the 32-key scorer when their CTAs own 16 blocks or more and the grid fits one wave of
+//   it (index_static_wide_tiles, static_wide_key_tiles; 2-13% there, and 3-11% slower with
+//   2-4-block CTAs).
 //   Decode calls with tables of at most 256 columns whose score CTAs of a request fit as one
 //   thread-block cluster, one cluster per request all resident at once (plan_index_launch;
 //   batch 8 at 8K on the H200), run index_score_mma_cluster_kernel alone instead: after a cluster
@@ -231,13 +234,19 @@ bool wide_key_tiles(const IndexProblem& pb) {
          (pb.head_dim() == 64 || pb.head_dim() == 128) && pb.index_cache.shape[1] % 32 == 0;
 }
 
-// Whether long static CTAs of a wide_key_tiles problem take the 32-key tiles too: only with e4m3
-// queries at head dim 128. With bf16 queries at head dim 128 the 16-block CTAs gained at 8K x 64
-// (31.4 -> 29.8 us) and lost at 128K x 4 (33.5 -> 34.6) in the same call; at head dim 64 the
-// 32-key instance holds two CTAs per SM where the 16-key one holds three, so the plan's one-wave
-// grid (sized by the latter) could take a second wave (bench/results/2026-11-30-index-m2-more-ab/).
+// Whether long static CTAs of a wide_key_tiles problem take the 32-key tiles too: not with bf16
+// queries at head dim 128, whose 16-block CTAs gained at 8K x 64 (31.4 -> 29.8 us) and lost at
+// 128K x 4 (33.5 -> 34.6) in the same call (bench/results/2026-11-30-index-m2-more-ab/). At head
+// dim 64 they gained 12% (128K x 4: 26.4 -> 23.0 us; 2026-11-30-index-static-wide-d64-ab/).
 bool static_wide_key_tiles(const IndexProblem& pb) {
-  return wide_key_tiles(pb) && pb.head_dim() == 128 && pb.index_q.dtype == DType::kE4M3;
+  return wide_key_tiles(pb) && (pb.head_dim() == 64 || pb.index_q.dtype == DType::kE4M3);
+}
+
+// The static-grid scorer of a static_wide_key_tiles problem.
+ScoreKernel wide_tile_static_kernel(const IndexProblem& pb) {
+  if (pb.head_dim() == 128) return index_score_mma_kernel<uint8_t, 2, true, 1, 2>;
+  return pb.index_q.dtype == DType::kE4M3 ? index_score_mma_kernel<uint8_t, 1, true, 1, 2>
+                                          : index_score_mma_kernel<uint8_t, 1, false, 1, 2>;
 }
 
 // The balanced-grid scorer of a wide_key_tiles problem.
@@ -307,6 +316,7 @@ struct ScoreLaunchInfo {
   int ctas_per_sm = 1;                  // resident_ctas_per_sm
   detail::IndexClusterLimits clusters;  // of the cluster-selecting variant; none for SIMT
   int balanced_ctas_per_sm = 0;         // of the balanced-grid variant; 0 for SIMT
+  int static_wide_ctas_per_sm = 0;      // of the static 32-key variant; 0 without one
 };
 
 ScoreLaunchInfo query_launch_info(const IndexProblem& pb) {
@@ -318,6 +328,9 @@ ScoreLaunchInfo query_launch_info(const IndexProblem& pb) {
     // spill); bf16 keys lose on it (see the top of this file).
     if (pb.index_cache.dtype == DType::kE4M3 && pb.head_dim() <= 192) {
       info.balanced_ctas_per_sm = resident_ctas_per_sm(balanced_score_kernel(pb));
+    }
+    if (static_wide_key_tiles(pb)) {
+      info.static_wide_ctas_per_sm = resident_ctas_per_sm(wide_tile_static_kernel(pb));
     }
   }
   return info;
@@ -425,12 +438,13 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
                                      grid, dim3(kScoreThreads), 0, cuda_stream, dim3(1, grid.y, 1),
                                      prm, sel);
     } else {
-      // Long static CTAs run the 32-key-tile instance where static_wide_key_tiles allows; both
-      // instances keep two CTAs per SM (96 and 128 registers, the same shared memory), so the
-      // plan holds.
+      // Long static CTAs run the 32-key-tile instance where static_wide_key_tiles allows and the
+      // grid fits one wave of it.
       const ScoreKernel static_kernel =
-          static_wide_key_tiles(pb) && detail::index_static_wide_tiles(plan)
-              ? index_score_mma_kernel<uint8_t, 2, true, 1, 2>
+          info.static_wide_ctas_per_sm > 0 &&
+                  detail::index_static_wide_tiles(
+                      plan, int64_t{info.static_wide_ctas_per_sm} * device_sm_count())
+              ? wide_tile_static_kernel(pb)
               : kernel;
       MSA_RETURN_IF_ERROR(
           launch_kernel(name, static_kernel, grid, dim3(kScoreThreads), 0, cuda_stream, prm));

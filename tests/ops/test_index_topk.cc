@@ -731,10 +731,9 @@ TEST(IndexTopk, ManyRaggedRequestsBalancedGridWideTileInstances) {
 }
 
 // A few long decode requests over e4m3 keys with 1024-column tables: the static grid (4 x 64 CTAs
-// fit one wave on the H200) has 16-block CTAs, which CUDA runs with 32-key warp tiles with e4m3
-// queries at head dim 128 when blocks are a multiple of 32 keys (32, 64), and with 16-key tiles
-// otherwise (block size 48, bf16 queries, head dim 64). A full table, padding, a partial last
-// block and a request of two blocks.
+// fit one wave on the H200) has 16-block CTAs, which CUDA runs with 32-key warp tiles when blocks
+// are a multiple of 32 keys (32, 64) and with 16-key tiles otherwise (48) or with bf16 queries at
+// head dim 128. A full table, padding, a partial last block and a request of two blocks.
 BatchSpec long_static_spec(int64_t bs, DType q_dtype = DType::kE4M3, int64_t di = 128) {
   BatchSpec s;
   s.q_dtype = q_dtype;

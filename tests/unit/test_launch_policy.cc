@@ -253,27 +253,43 @@ TEST(LaunchPolicy, IndexBalancesDecodeGridsPastOneWave) {
 // 8K, 16 at 32K, 4 at 128K, 1 at 512K on the H200); grids of 2-8-block CTAs (batch 4, 16 and 32
 // at 8K, 1 and 4 at 32K, 1 at 128K), balanced and in-cluster grids and empty plans do not.
 TEST(LaunchPolicy, IndexStaticWideTilesOnlyForLongCtas) {
+  const int64_t wave = kH200Wave;
   for (const auto& [tiles, nb] :
        {std::pair<int64_t, int64_t>{64, 64}, {16, 256}, {4, 1024}, {1, 4096}}) {
     const IndexLaunchPlan p = plan_decode(tiles, nb);
     EXPECT_EQ(p.blocks_per_cta, kIndexWideTileMinBlocksPerCta) << tiles << " x " << nb;
-    EXPECT_TRUE(index_static_wide_tiles(p)) << tiles << " x " << nb;
+    EXPECT_TRUE(index_static_wide_tiles(p, wave)) << tiles << " x " << nb;
   }
   for (const auto& [tiles, nb] :
        {std::pair<int64_t, int64_t>{4, 64}, {16, 64}, {32, 64}, {1, 256}, {4, 256}, {1, 1024}}) {
     const IndexLaunchPlan p = plan_decode(tiles, nb);
     EXPECT_LT(p.blocks_per_cta, kIndexWideTileMinBlocksPerCta) << tiles << " x " << nb;
-    EXPECT_FALSE(index_static_wide_tiles(p)) << tiles << " x " << nb;
+    EXPECT_FALSE(index_static_wide_tiles(p, wave)) << tiles << " x " << nb;
   }
   const IndexLaunchPlan balanced =
       plan_index_launch(64, 1024, kH200Sms, kScoreCtas, true, {}, kScoreCtas);
   ASSERT_GT(balanced.balanced_ctas, 0);
-  EXPECT_FALSE(index_static_wide_tiles(balanced));
+  EXPECT_FALSE(index_static_wide_tiles(balanced, wave));
   IndexLaunchPlan clustered = plan_decode(8, 64);
   ASSERT_TRUE(clustered.cluster_select);
   clustered.blocks_per_cta = kIndexWideTileMinBlocksPerCta;
-  EXPECT_FALSE(index_static_wide_tiles(clustered));
-  EXPECT_FALSE(index_static_wide_tiles(plan_decode(0, 4096)));
+  EXPECT_FALSE(index_static_wide_tiles(clustered, wave));
+  EXPECT_FALSE(index_static_wide_tiles(plan_decode(0, 4096), wave));
+}
+
+// A 16-key instance with three CTAs per SM (head dim 64) sizes the grid for its own wave: five
+// 128K requests take 320 16-block CTAs, one wave of it but not of the two-CTA 32-key instance,
+// which then is not used; four take 256, which fit both.
+TEST(LaunchPolicy, IndexStaticWideTilesFitTheirOwnWave) {
+  const int64_t wide_wave = kH200Wave;
+  const IndexLaunchPlan five = plan_index_launch(5, 1024, kH200Sms, 3, true);
+  ASSERT_EQ(five.blocks_per_cta, kIndexWideTileMinBlocksPerCta);
+  ASSERT_EQ(five.row_tiles * five.chunks, 320);
+  EXPECT_FALSE(index_static_wide_tiles(five, wide_wave));
+  EXPECT_TRUE(index_static_wide_tiles(five, 3 * kH200Sms));
+  const IndexLaunchPlan four = plan_index_launch(4, 1024, kH200Sms, 3, true);
+  ASSERT_EQ(four.blocks_per_cta, kIndexWideTileMinBlocksPerCta);
+  EXPECT_TRUE(index_static_wide_tiles(four, wide_wave));
 }
 
 // The walk of every CTA of a balanced grid, as the score kernel runs it (balanced_units,
