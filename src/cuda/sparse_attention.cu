@@ -307,8 +307,12 @@ Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
   // splits <= kAttnMaxSplits (see plan), so the split LSEs fit the default shared memory.
   // A dependent launch (programmatic): the merge CTAs start while the attention kernel writes its
   // partials and wait for them.
-  return launch_kernel_dependent("sparse_attention_merge_kernel", sparse_attention_merge_kernel,
-                                 merge_grid, dim3(static_cast<unsigned>(pb.head_dim())),
+  const auto merge_kernel = p.splits <= 4    ? sparse_attention_merge_kernel<4>
+                            : p.splits <= 8  ? sparse_attention_merge_kernel<8>
+                            : p.splits <= 16 ? sparse_attention_merge_kernel<16>
+                                             : sparse_attention_merge_kernel<32>;
+  return launch_kernel_dependent("sparse_attention_merge_kernel", merge_kernel, merge_grid,
+                                 dim3(static_cast<unsigned>(pb.head_dim())),
                                  static_cast<size_t>(p.splits) * sizeof(float), cuda_stream, prm,
                                  static_cast<int>(pb.head_dim()));
 }

@@ -705,11 +705,13 @@ __global__ void __launch_bounds__(kAttnThreads)
 
 // Combines the splits of one (row, q head) in ascending split order: out = sum_s w_s o_s / sum w,
 // w_s = 2^(lse_s - max lse). One thread per output dimension (blockDim.x == head_dim). The
-// partial outputs of the first kMergePrefetch splits do not depend on the LSEs, so their loads
-// are issued together with the LSE loads, unconditionally (split index clamped; a load behind
-// a branch would be waited for before the next is issued): at up to kMergePrefetch splits the
-// merge costs one memory round trip (every split writes its partials, so they are defined).
-constexpr int kMergePrefetch = 32;
+// partial outputs of the first kPrefetch splits do not depend on the LSEs, so their loads are
+// issued together with the LSE loads, unconditionally (split index clamped; a load behind a
+// branch would be waited for before the next is issued): at up to kPrefetch splits the merge
+// costs one memory round trip (every split writes its partials, so they are defined). The
+// launcher picks the smallest instance that covers the call's splits, as the clamped loads past
+// them are issued all the same.
+template <int kPrefetch>
 __global__ void sparse_attention_merge_kernel(const SparseAttnParams prm, int head_dim) {
   extern __shared__ float s_part_lse[];
   const int64_t row = blockIdx.x;
@@ -721,9 +723,9 @@ __global__ void sparse_attention_merge_kernel(const SparseAttnParams prm, int he
   const float* po = prm.part_out + (row * hq + head) * head_dim + d;
   const int64_t split_stride = T * hq * head_dim;
   wait_for_prior_grid();  // the partials come from the attention kernel
-  float pre[kMergePrefetch];
+  float pre[kPrefetch];
 #pragma unroll
-  for (int s = 0; s < kMergePrefetch; ++s) pre[s] = po[min(s, splits - 1) * split_stride];
+  for (int s = 0; s < kPrefetch; ++s) pre[s] = po[min(s, splits - 1) * split_stride];
   for (int s = d; s < splits; s += blockDim.x) {
     s_part_lse[s] = prm.part_lse[(s * T + row) * hq + head];
   }
@@ -734,7 +736,7 @@ __global__ void sparse_attention_merge_kernel(const SparseAttnParams prm, int he
   if (m_all != -INFINITY) {
     float w_sum = 0.0f;
 #pragma unroll
-    for (int s = 0; s < kMergePrefetch; ++s) {
+    for (int s = 0; s < kPrefetch; ++s) {
       if (s < splits) {
         const float w = exp2f(s_part_lse[s] - m_all);
         w_sum += w;
@@ -742,7 +744,7 @@ __global__ void sparse_attention_merge_kernel(const SparseAttnParams prm, int he
       }
     }
 #pragma unroll 16
-    for (int s = kMergePrefetch; s < splits; ++s) {
+    for (int s = kPrefetch; s < splits; ++s) {
       const float w = exp2f(s_part_lse[s] - m_all);
       w_sum += w;
       o += w * po[s * split_stride];
