@@ -322,9 +322,14 @@ __device__ bool select_wide_by_candidates(const IndexSelectParams& prm, int64_t 
 // Thread ranges cut the block-table capacity, not the row's visible blocks, so the score loads
 // (read once, into registers, bypassing L1) do not wait for the row's sequence length: both are
 // one round trip. Scores past the visible blocks are loaded and ignored (the workspace holds
-// max_blocks per row). A radix pass costs two CTA barriers.
+// max_blocks per row). A radix pass costs two CTA barriers. kKeys (at most kSelectKeysPerThread)
+// is the register array a thread keeps its keys in: the launcher picks the smallest that holds the
+// table's keys per thread (select_keys_per_thread), since the loads and key loops run over all
+// kKeys slots, used or not.
+template <int kKeys>
 __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64_t h,
                                 SelectSmem& sm) {
+  static_assert(kKeys <= kSelectKeysPerThread, "keys per thread");
   if (prm.rows.max_blocks <= kSelectThreads) {
     select_row_topk_by_rank(prm, row, h, sm);
     return;
@@ -335,14 +340,14 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
   const float* scores = prm.scores + (h * T + row) * max_blocks;
   const int64_t per_thread = (max_blocks + kSelectThreads - 1) / kSelectThreads;
   const int64_t begin = min(max_blocks, tid * per_thread);
-  const bool cached = per_thread <= kSelectKeysPerThread;
+  const bool cached = per_thread <= kKeys;
   const RowInfo info = resolve_row(prm.rows, row, nullptr);
   wait_for_prior_grid();  // the scores come from the score kernel
   // Unconditional loads (index clamped into the row), used only after all are issued.
-  float raw[kSelectKeysPerThread];
+  float raw[kKeys];
   if (cached && max_blocks > 0) {
 #pragma unroll
-    for (int i = 0; i < kSelectKeysPerThread; ++i) {
+    for (int i = 0; i < kKeys; ++i) {
       raw[i] = __ldcg(scores + min(begin + i, max_blocks - 1));
     }
   }
@@ -350,10 +355,10 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
   const int64_t nvb = visible_blocks(info, info.pos_base + row, prm.rows.block_size);
   const int64_t kept = min(static_cast<int64_t>(prm.topk), nvb);
   const int64_t end = min(nvb, begin + per_thread);
-  uint64_t keys[kSelectKeysPerThread];
+  uint64_t keys[kKeys];
   if (cached) {
 #pragma unroll
-    for (int i = 0; i < kSelectKeysPerThread; ++i) {
+    for (int i = 0; i < kKeys; ++i) {
       const int64_t b = begin + i;
       keys[i] = b < end ? selection_key(raw[i], b, nvb, prm.init_blocks, prm.local_blocks) : 0;
     }
@@ -362,7 +367,7 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
   auto for_each_key = [&](auto&& f) {
     if (cached) {
 #pragma unroll
-      for (int i = 0; i < kSelectKeysPerThread; ++i) {
+      for (int i = 0; i < kKeys; ++i) {
         if (begin + i < end) f(begin + i, keys[i]);
       }
     } else {
@@ -444,10 +449,22 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
   __syncthreads();  // warp_sums and hist are reused by the caller's next row
 }
 
+// Keys per thread of the select kernel instance for a block table of max_blocks columns. Tables
+// of at most kSelectThreads columns take the rank count, which keeps no key array, on the
+// 16-key instance: its register footprint decides how select CTAs launched with the score CTAs
+// (early_select) share SMs with them, and the 4-key one made such calls up to 1.2 us faster at
+// some shapes and slower at others on the H200 (2026-11-30-index-select-keys-ab/).
+inline int select_keys_per_thread(int64_t max_blocks) {
+  const int64_t per_thread = (max_blocks + kSelectThreads - 1) / kSelectThreads;
+  if (per_thread <= 1) return kSelectKeysPerThread;
+  return per_thread <= 4 ? 4 : per_thread <= 8 ? 8 : kSelectKeysPerThread;
+}
+
 // One CTA per (row, head).
+template <int kKeys>
 __global__ void __launch_bounds__(kSelectThreads) index_select_kernel(const IndexSelectParams prm) {
   __shared__ SelectSmem sm;
-  select_row_topk(prm, blockIdx.x, blockIdx.y, sm);
+  select_row_topk<kKeys>(prm, blockIdx.x, blockIdx.y, sm);
 }
 
 // 8 consecutive key elements -> floats. bf16 keys come as one 16-byte load, e4m3 as 8 bytes.

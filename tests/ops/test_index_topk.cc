@@ -654,6 +654,46 @@ TEST(IndexTopk, SelectionOverLengthsWidthsAndScoreOrders) {
   }
 }
 
+// Tables wider than 1024 columns: the CUDA select kernel keeps up to 8 keys per selecting thread
+// in registers for tables of up to 2048 columns, 16 up to 4096, and re-reads the scores past that
+// (select_keys_per_thread); each with random scores and with scores that rise along the row
+// (the warp tops' bound then lets most blocks through and the fallbacks run).
+TEST(IndexTopk, SelectionOverWiderTables) {
+  MSA_REQUIRE_TEST_DEVICE();
+  for (const int64_t cols : {1500, 3000, 5000}) {
+    for (const bool rising : {false, true}) {
+      SCOPED_TRACE(std::to_string(cols) + " columns" + (rising ? ", rising scores" : ""));
+      BatchSpec s;
+      s.query_len = 1;
+      s.seq_lens = {128 * 1200 + 5, 0, 128 * 40};
+      s.table_cols = cols;
+      s.seed = 60 + static_cast<uint64_t>(cols);
+      Batch b = make_batch(s, test_device());
+      if (rising) {
+        for (int64_t i = 0; i < b.index_q.numel(); ++i) b.index_q.set_flat(i, 0.5);
+        b.oracle_in.index_q.assign(b.oracle_in.index_q.size(), 0.5);
+        const int64_t page_elems = s.block_size * s.head_dim;
+        for (size_t r = 0; r < s.seq_lens.size(); ++r) {
+          for (int64_t blk = 0; blk < ceil_div(s.seq_lens[r], s.block_size); ++blk) {
+            const int64_t page = b.oracle_in.block_table[r * b.oracle_in.max_blocks + blk];
+            for (int64_t i = page * page_elems; i < (page + 1) * page_elems; ++i) {
+              b.index_cache.set_flat(i, blk / 2048.0 - 0.25);
+              b.oracle_in.index_cache[i] = b.index_cache.get_flat(i);
+            }
+          }
+        }
+      }
+      upload_all(b);
+      ASSERT_TRUE(run_batch(b, b.topk_out.view(), Stream()).ok());
+      b.topk_out.download();
+      b.flags.download();
+      EXPECT_EQ(b.flags.get_flat(0), 0.0);
+      expect_rows(b.oracle_in, b.topk_out, 0, b.rows, true,
+                  [&](int64_t h, int64_t t) { return oracle::index_topk_row(b.oracle_in, t, h); });
+    }
+  }
+}
+
 // The CUDA indexer selects a decode batch's top-k inside each request's cluster of score CTAs
 // when one cluster per request fits on the GPU at once, else in a select kernel
 // (core/launch_policy.h): on the H200, 200 requests of up to 16 blocks are 200 one-CTA
