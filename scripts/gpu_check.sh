@@ -3,8 +3,11 @@
 # memcheck and racecheck on a reduced case set, check the machine code is sm_90a, optionally the
 # benchmarks and the Python tests, and print a short summary table last.
 #
-#   scripts/gpu_check.sh [stage ...]     stages: build test sanitize sass python engine
+#   scripts/gpu_check.sh [stage ...]     stages: build test sanitize sass python engine pack
 #                                        (default: build test sanitize sass)
+#
+# pack (last): the summary goes to $OUT/summary.txt and every other file under $OUT into
+# $OUT/logs.tgz, for transports that bring back only a few files (give OUT a folder of its own).
 # Host warnings are not errors here: the GPU machine has a newer g++ than CI, whose -Werror
 # build is the authority on warnings. Logs go to $OUT (default ./gpu_check_out). GoogleTest is
 # taken from .gtest/ (a copy of Debian's /usr/src/googletest carried to the machine) when no
@@ -102,7 +105,16 @@ if has_stage engine && [ -x "$BUILD_DIR/tools/msa" ]; then
     record engine ok "engine_tp4.txt" || record engine FAIL "see engine_tp4.txt"
 fi
 
-echo
-echo "== gpu_check summary ($(cat "$OUT/commit.txt" 2>/dev/null | cut -c1-12)) =="
-head -2 "$OUT/gpu.txt" | tail -1
-for row in "${SUMMARY[@]}"; do echo "$row"; done
+print_summary() {
+  echo
+  echo "== gpu_check summary ($(cat "$OUT/commit.txt" 2>/dev/null | cut -c1-12)) =="
+  head -2 "$OUT/gpu.txt" | tail -1
+  for row in "${SUMMARY[@]}"; do echo "$row"; done
+}
+print_summary
+
+if has_stage pack; then
+  print_summary >"$OUT/summary.txt"
+  (cd "$OUT" && find . -type f ! -name summary.txt ! -name logs.tgz -print0 |
+     tar czf logs.tgz --null -T - --remove-files)
+fi
