@@ -11,10 +11,17 @@
 #                                             op_ab for every variant in parallel, then runs the
 #                                             binaries in alternation (ROUNDS, default 2) and
 #                                             prints the table of bench/ab/abtab.py last.
+#   bench/ab/ab.sh build BUILD_DIR OUT VARIANT...
+#                                             without a GPU: op_ab per variant into OUT, from
+#                                             an up-to-date CUDA build of the tree
+#                                             (bench/ab/overlay_build.py)
+#   bench/ab/ab.sh run-bins OPS BINARY...     runs prebuilt op_ab binaries in alternation and
+#                                             prints the table (a variant is named by its
+#                                             binary's name less "op_ab_")
 #
-# Run it from the repository root on the GPU machine; the variant folders travel with the tree
-# (put them under an ignored folder and carry it). WORK (default /tmp/msa_ab) holds the copies,
-# builds and logs; JOBS (default 16) is split between the parallel builds.
+# Run it from the repository root on the GPU machine; the variant folders (or binaries) travel
+# with the tree (put them under an ignored folder and carry it). WORK (default /tmp/msa_ab) holds
+# the copies, builds and logs; JOBS (default 16) is split between the parallel builds.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cmd=${1:-}
@@ -67,8 +74,27 @@ case "$cmd" in
     done
     python3 bench/ab/abtab.py "$log"
     ;;
+  build)
+    python3 bench/ab/overlay_build.py "$@"
+    ;;
+  run-bins)
+    ops=$1
+    shift
+    [ $# -ge 1 ] || { echo "ab.sh run-bins: no binaries" >&2; exit 2; }
+    work=${WORK:-/tmp/msa_ab}
+    mkdir -p "$work"
+    log="$work/ab.log"
+    : >"$log"
+    for r in $(seq "${ROUNDS:-2}"); do
+      for b in "$@"; do
+        echo "== $(basename "$b" | sed 's/^op_ab_//')" | tee -a "$log"
+        "$b" "$ops" | tee -a "$log"
+      done
+    done
+    python3 bench/ab/abtab.py "$log"
+    ;;
   *)
-    sed -n '2,16p' "$0"
+    sed -n '2,24p' "$0"
     exit 2
     ;;
 esac
