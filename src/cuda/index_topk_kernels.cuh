@@ -180,10 +180,11 @@ __device__ uint64_t warp_tops_threshold(const uint64_t (&keys)[P], int64_t kept,
 }
 
 // How many of keys[0, n) exceed key (n <= kSelectThreads, keys: SelectSmem::keys). The keys are
-// read 16 at a time into distinct registers, so a warp has eight 16-byte shared loads in flight;
-// a plain loop over them reused one register quadruple and waited for every load in turn (~35
-// cycles per two keys: ~2 us for the 256 keys of a 32K-token table). Entries from n to the next
-// multiple of 16 are read (inside the array) and masked.
+// read 16 at a time into distinct registers, so that their 16-byte shared loads can be in flight
+// together (ptxas still issues some batches one load at a time); a plain loop over them reused
+// one register quadruple and waited for every load in turn (~35 cycles per two keys: ~2 us for
+// the 256 keys of a 32K-token table). Entries from n to the next multiple of 16 are read (inside
+// the array) and masked.
 __device__ __forceinline__ int count_above(const uint64_t* keys, int n, uint64_t key) {
   constexpr int kBatch = 16;
   int above = 0;
