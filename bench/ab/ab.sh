@@ -27,6 +27,23 @@ cd "$(dirname "$0")/../.."
 cmd=${1:-}
 shift || true
 
+# Runs op_ab binaries with OPS in alternation (ROUNDS, default 2), each named by its file name
+# less "op_ab_", logs to $WORK/ab.log and prints the table of bench/ab/abtab.py last.
+alternate() {
+  local ops=$1 work=${WORK:-/tmp/msa_ab}
+  shift
+  mkdir -p "$work"
+  local log="$work/ab.log"
+  : >"$log"
+  for r in $(seq "${ROUNDS:-2}"); do
+    for b in "$@"; do
+      echo "== $(basename "$b" | sed 's/^op_ab_//')" | tee -a "$log"
+      "$b" "$ops" | tee -a "$log"
+    done
+  done
+  python3 bench/ab/abtab.py "$log"
+}
+
 case "$cmd" in
   snapshot)
     dir=$1 rev=$2
@@ -61,18 +78,12 @@ case "$cmd" in
       ) || { echo "build of $v failed:" >&2; tail -30 "$work/build_$name.log" >&2; exit 1; } &
     done
     wait
+    bins=()
     for name in "${names[@]}"; do
       [ -x "$work/op_ab_$name" ] || { echo "no binary for $name" >&2; exit 1; }
+      bins+=("$work/op_ab_$name")
     done
-    log="$work/ab.log"
-    : >"$log"
-    for r in $(seq "${ROUNDS:-2}"); do
-      for name in "${names[@]}"; do
-        echo "== $name" | tee -a "$log"
-        "$work/op_ab_$name" "$ops" | tee -a "$log"
-      done
-    done
-    python3 bench/ab/abtab.py "$log"
+    alternate "$ops" "${bins[@]}"
     ;;
   build)
     python3 bench/ab/overlay_build.py "$@"
@@ -81,17 +92,7 @@ case "$cmd" in
     ops=$1
     shift
     [ $# -ge 1 ] || { echo "ab.sh run-bins: no binaries" >&2; exit 2; }
-    work=${WORK:-/tmp/msa_ab}
-    mkdir -p "$work"
-    log="$work/ab.log"
-    : >"$log"
-    for r in $(seq "${ROUNDS:-2}"); do
-      for b in "$@"; do
-        echo "== $(basename "$b" | sed 's/^op_ab_//')" | tee -a "$log"
-        "$b" "$ops" | tee -a "$log"
-      done
-    done
-    python3 bench/ab/abtab.py "$log"
+    alternate "$ops" "$@"
     ;;
   *)
     sed -n '2,24p' "$0"

@@ -58,7 +58,8 @@ def build_variant(build, out_dir, variant, objects, deps):
     shutil.copyfile(os.path.join(build, "libmsa.a"), lib)
     if variant != "tree":
         replaced = variant_files(variant)
-        tmp = tempfile.mkdtemp(prefix=f"overlay_{name}_")
+        tmp_dir = tempfile.TemporaryDirectory(prefix=f"overlay_{name}_")
+        tmp = tmp_dir.name
         members = []
         for obj, args in objects:
             if not deps[obj] & replaced.keys():
@@ -81,6 +82,7 @@ def build_variant(build, out_dir, variant, objects, deps):
         if not members:
             sys.exit(f"{variant}: replaces nothing libmsa is built from")
         subprocess.run(["ar", "r", lib] + members, check=True)
+        tmp_dir.cleanup()
     binary = os.path.join(out_dir, f"op_ab_{name}")
     include = os.path.join(variant if variant != "tree" else REPO, "include")
     subprocess.run(["nvcc", "-std=c++17", "-arch=sm_90a", "-O3", f"-I{include}",
