@@ -40,12 +40,31 @@ struct IndexLaunchPlan {
   // > 0: a decode grid of balanced_ctas CTAs (grid (1, balanced_ctas)) instead of row_tiles x
   // chunks. The CTAs read every request's length and take equal shares of the requests' visible
   // blocks (balanced_share over balanced_units), each share scored in pieces of up to
-  // blocks_per_cta blocks of one request.
+  // balanced_piece_blocks blocks of one request.
   int64_t balanced_ctas = 0;
 };
 
 // Requests a balanced grid can map (the score CTA keeps their prefix sums in shared memory).
 constexpr int64_t kIndexBalancedMaxRequests = 1024;
+
+// A balanced CTA scores its share in pieces of whole blocks of one request; between pieces its
+// warps meet at a barrier, write the piece's block maxima and start their key loads afresh, so
+// the pieces are as long as the CTA's shared memory allows: block maxima for
+// kIndexScoreMaxBlockHeads (block, row-head) pairs and page ids for at most
+// kIndexBalancedMaxPieceBlocks blocks. In 32-block pieces that restart took 13% of the warps'
+// time in the 128K x 64 e4m3 call (Nsight Compute, bench/results/2026-11-30-2d60c8a-ncu-e4m3/);
+// pieces of up to 256 blocks made the balanced calls 3-5% faster (128K x 64 275.0 -> 261.4 us,
+// bench/results/2026-11-30-index-balanced-long-pieces-ab/).
+constexpr int kIndexScoreMaxBlockHeads = 1024;
+constexpr int kIndexBalancedMaxPieceBlocks = 256;
+
+// Blocks per piece of a balanced grid whose requests have `row_heads` (row, head) query vectors
+// (decode rows x index heads, 1..32): at least kIndexMaxBlocksPerCta.
+MSA_POLICY_HD int32_t balanced_piece_blocks(int64_t row_heads) {
+  const int64_t fit = kIndexScoreMaxBlockHeads / (row_heads < 1 ? 1 : row_heads);
+  return static_cast<int32_t>(fit < kIndexBalancedMaxPieceBlocks ? fit
+                                                                 : kIndexBalancedMaxPieceBlocks);
+}
 
 // Blocks [begin, end).
 struct BlockRange {
@@ -65,8 +84,9 @@ MSA_POLICY_HD BlockRange balanced_share(int64_t total, int64_t ctas, int64_t cta
   return BlockRange{total * cta / ctas, total * (cta + 1) / ctas};
 }
 
-// A balanced CTA walks its share request by request, in pieces of at most kIndexMaxBlocksPerCta
-// blocks: the piece at cursor (tile, b0) is blocks [b0, b0 + bpc) of request `tile`. `ends` holds
+// A balanced CTA walks its share request by request, in pieces of at most piece_blocks
+// (balanced_piece_blocks) blocks: the piece at cursor (tile, b0) is blocks [b0, b0 + bpc) of
+// request `tile`. `ends` holds
 // the inclusive prefix sums of the nreq requests' units (request r owns units [ends[r - 1],
 // ends[r])). balanced_first gives the first cursor of a share, balanced_piece the piece at a
 // cursor and the cursor after it, or false once the share is done.
@@ -88,17 +108,17 @@ MSA_POLICY_HD BalancedCursor balanced_first(const int32_t* ends, int32_t nreq, B
       lo, lo < nreq && share.begin > start ? static_cast<int32_t>(share.begin - start) : 0};
 }
 MSA_POLICY_HD bool balanced_piece(const int32_t* ends, int32_t nreq, BlockRange share,
-                                  BalancedCursor at, int32_t* bpc, BalancedCursor* next) {
+                                  int32_t piece_blocks, BalancedCursor at, int32_t* bpc,
+                                  BalancedCursor* next) {
   if (at.tile >= nreq) return false;
   const int64_t start = at.tile == 0 ? 0 : ends[at.tile - 1];
   if (start >= share.end) return false;
   const int64_t end = ends[at.tile] < share.end ? ends[at.tile] : share.end;
   const auto limit = static_cast<int32_t>(end - start);
   if (at.b0 >= limit) return false;  // an empty share
-  const bool more = at.b0 + kIndexMaxBlocksPerCta < limit;
-  *bpc = more ? kIndexMaxBlocksPerCta : limit - at.b0;
-  *next = more ? BalancedCursor{at.tile, at.b0 + kIndexMaxBlocksPerCta}
-               : BalancedCursor{at.tile + 1, 0};
+  const bool more = at.b0 + piece_blocks < limit;
+  *bpc = more ? piece_blocks : limit - at.b0;
+  *next = more ? BalancedCursor{at.tile, at.b0 + piece_blocks} : BalancedCursor{at.tile + 1, 0};
   return true;
 }
 

@@ -41,7 +41,8 @@
 //   128K, 4 at 512K, 64 at 32K on the H200) run index_score_mma_balanced_kernel instead, on one
 //   wave of CTAs (plan.balanced_ctas): every CTA reads all request lengths, takes the prefix sum
 //   of their visible blocks and scores an equal share of them, request by request in pieces of
-//   up to 32 blocks (the same scoring code; detail::balanced_share / balanced_piece). A static
+//   up to 256 blocks (the same scoring code; detail::balanced_share / balanced_piece /
+//   balanced_piece_blocks). A static
 //   CTA's work is fixed by the plan, so in a ragged batch the CTAs of short requests idle while
 //   the long ones stream; the shares keep every SM streaming: ragged e4m3 index calls 9-31%
 //   faster (512K x 4 62.5 -> 43.3 us, 128K x 64 200 -> 182), uniform ones within -3..+2.3%

@@ -868,9 +868,17 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
   static_assert(kNTiles >= 1 && kNTiles * 8 <= kMaxScoreRowHeads, "n-tiles per segment");
   using Load = MmaKeyLoad<CacheT>;
   using QElem = std::conditional_t<kF16, __half, __nv_bfloat16>;
+  static_assert(kMaxScoreBlocks * kMaxScoreRowHeads == detail::kIndexScoreMaxBlockHeads,
+                "the balanced pieces fit the block maxima");
+  static_assert(detail::kIndexBalancedMaxPieceBlocks <= kScoreThreads,
+                "a piece's page ids take one load per thread");
+  // The balanced grid's pieces (detail::balanced_piece_blocks) own up to 256 blocks, a static
+  // CTA up to kMaxScoreBlocks; either way blocks x row-heads <= kIndexScoreMaxBlockHeads.
+  constexpr int kMaxPieceBlocks =
+      kGrid == ScoreGrid::kBalanced ? detail::kIndexBalancedMaxPieceBlocks : kMaxScoreBlocks;
   __shared__ __align__(16) QElem q_s[kNTiles * 8 * kMaxIndexDim];
-  __shared__ uint32_t block_max[kMaxScoreBlocks * kMaxScoreRowHeads];
-  __shared__ int32_t s_page[kMaxScoreBlocks];
+  __shared__ uint32_t block_max[detail::kIndexScoreMaxBlockHeads];
+  __shared__ int32_t s_page[kMaxPieceBlocks];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, tq = lane & 3;
@@ -894,7 +902,7 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
       fill_query_fragments<uint8_t, CH, Load::kLaneElems>(prm, row0, nrh, q_s);
     }
   };
-  // Scores blocks [b0, b0 + bpc) of row tile `tile` (bpc <= kMaxScoreBlocks); `report`: this CTA
+  // Scores blocks [b0, b0 + bpc) of row tile `tile` (bpc <= kMaxPieceBlocks); `report`: this CTA
   // reports the tile's bad lengths (the one that scores its first block).
   auto score_piece = [&](int64_t tile, int64_t b0, int bpc, bool report) {
     const int64_t tile_start = tile * prm.rows_per_tile;
@@ -1140,8 +1148,8 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
     // The CTA's share of the concatenated visible blocks of all requests (decode: a row tile is a
     // request): every CTA reads all lengths, takes the prefix sum of their blocks (at least one
     // per request, detail::balanced_units) and scores its share request by request, in pieces of
-    // at most kMaxScoreBlocks. A ragged batch then keeps every SM streaming until the end
-    // instead of leaving the CTAs of short requests idle.
+    // at most detail::balanced_piece_blocks. A ragged batch then keeps every SM streaming until
+    // the end instead of leaving the CTAs of short requests idle.
     __shared__ int32_t s_units_end[detail::kIndexBalancedMaxRequests];  // inclusive prefix sums
     __shared__ int32_t s_warp_units[kScoreWarps];
     constexpr int kPer = static_cast<int>(detail::kIndexBalancedMaxRequests) / kScoreThreads;
@@ -1184,9 +1192,10 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
     __syncthreads();
     const detail::BlockRange share = detail::balanced_share(total, gridDim.y, blockIdx.y);
     detail::BalancedCursor at = detail::balanced_first(s_units_end, nreq, share);
+    const int32_t piece_blocks = detail::balanced_piece_blocks(int64_t{prm.rows_per_tile} * H);
     int32_t bpc = 0;
     detail::BalancedCursor next;
-    while (detail::balanced_piece(s_units_end, nreq, share, at, &bpc, &next)) {
+    while (detail::balanced_piece(s_units_end, nreq, share, piece_blocks, at, &bpc, &next)) {
       score_piece(at.tile, at.b0, bpc, at.b0 == 0);
       at = next;
     }

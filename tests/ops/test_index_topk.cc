@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -71,6 +72,9 @@ struct BatchSpec {
   int64_t spare_out_rows = 2;  // topk_out rows past T, which must stay untouched
   int64_t table_cols = 0;      // block-table columns when more than the lengths need
   int64_t key_pad = 0;         // index_cache elements after each key (key stride head_dim + pad)
+  // > 0: the requests' blocks are drawn at random from this many pages, shared between requests
+  // (as under prefix caching), instead of one page per block.
+  int64_t page_pool = 0;
   bool exact = true;
   uint64_t seed = 1;
 };
@@ -116,9 +120,17 @@ Batch make_batch(const BatchSpec& spec, const Device& device) {
     max_blocks = std::max(max_blocks, ceil_div(s, bs) + 2);
     used_total += ceil_div(s, bs);
   }
-  const int64_t num_blocks = used_total + 3;
-  const std::vector<int32_t> table =
-      shuffled_block_table(spec.seq_lens, max_blocks, num_blocks, bs, rng, kStaleEntry);
+  const int64_t num_blocks = (spec.page_pool > 0 ? spec.page_pool : used_total) + 3;
+  std::vector<int32_t> table;
+  if (spec.page_pool > 0) {
+    table.assign(spec.seq_lens.size() * static_cast<size_t>(max_blocks), kStaleEntry);
+    std::uniform_int_distribution<int32_t> page(0, static_cast<int32_t>(spec.page_pool - 1));
+    for (size_t r = 0; r < spec.seq_lens.size(); ++r)
+      for (int64_t blk = 0; blk < ceil_div(spec.seq_lens[r], bs); ++blk)
+        table[r * static_cast<size_t>(max_blocks) + static_cast<size_t>(blk)] = page(rng);
+  } else {
+    table = shuffled_block_table(spec.seq_lens, max_blocks, num_blocks, bs, rng, kStaleEntry);
+  }
 
   // index_q rows carry extra elements, as when index_q is a slice of a fused projection row.
   const int64_t row_stride = spec.heads * spec.head_dim + 16;
@@ -738,6 +750,35 @@ TEST(IndexTopk, ManyRaggedRequestsBalancedGrid) {
   MSA_REQUIRE_TEST_DEVICE();
   run_and_check(balanced_spec(DType::kE4M3, 1, 1, 31));
   run_and_check(balanced_spec(DType::kBF16, 2, 4, 32));
+}
+
+// Long ragged decode requests over e4m3 keys: the balanced grid's shares (about 150 blocks per
+// CTA on the H200) are scored in pieces of up to 256 blocks for one (row, head) query vector and
+// of up to 128 for 8 (detail::balanced_piece_blocks), so a piece holds more blocks than a static
+// CTA and a share of 8 query vectors takes two. 50 requests of 16K-35K tokens in 32-token blocks
+// (one of them 1120 blocks long); their blocks are drawn from 600 pages, which keeps
+// the cache and the oracle's copy small.
+TEST(IndexTopk, BalancedGridLongPieces) {
+  MSA_REQUIRE_TEST_DEVICE();
+  for (const auto& [heads, query_len, q_dtype] :
+       {std::tuple<int64_t, int, DType>{1, 1, DType::kE4M3}, {2, 4, DType::kBF16}}) {
+    SCOPED_TRACE(std::to_string(heads) + " heads x " + std::to_string(query_len) + " rows");
+    BatchSpec s;
+    s.q_dtype = q_dtype;
+    s.k_dtype = DType::kE4M3;
+    s.heads = heads;
+    s.query_len = query_len;
+    s.head_dim = 128;
+    s.block_size = 32;
+    s.table_cols = 1120;
+    s.page_pool = 600;
+    s.seq_lens = {1120 * 32, 16384 + 1, 35000};
+    std::mt19937_64 rng(70 + static_cast<uint64_t>(heads));
+    std::uniform_int_distribution<int64_t> len(16384, 35000);
+    while (s.seq_lens.size() < 50) s.seq_lens.push_back(len(rng));
+    s.seed = 71 + static_cast<uint64_t>(heads);
+    run_and_check(s);
+  }
 }
 
 // balanced_spec (one row) at head dim `di` with `q_dtype` queries and tables of 8K tokens of

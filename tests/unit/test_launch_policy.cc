@@ -292,16 +292,31 @@ TEST(LaunchPolicy, IndexStaticWideTilesFitTheirOwnWave) {
   EXPECT_TRUE(index_static_wide_tiles(four, wide_wave));
 }
 
+// A balanced CTA's pieces hold as many blocks as its shared block maxima allow for the call's
+// (row, head) query vectors, up to 256 (the page ids' limit), and never fewer than a static CTA.
+TEST(LaunchPolicy, IndexBalancedPiecesFillTheBlockMaxima) {
+  EXPECT_EQ(balanced_piece_blocks(1), 256);
+  EXPECT_EQ(balanced_piece_blocks(4), 256);
+  EXPECT_EQ(balanced_piece_blocks(8), 128);
+  EXPECT_EQ(balanced_piece_blocks(16), 64);
+  EXPECT_EQ(balanced_piece_blocks(32), kIndexMaxBlocksPerCta);
+  for (int64_t rh = 1; rh <= 32; ++rh) {
+    EXPECT_LE(balanced_piece_blocks(rh) * rh, kIndexScoreMaxBlockHeads) << rh;
+    EXPECT_GE(balanced_piece_blocks(rh), kIndexMaxBlocksPerCta) << rh;
+  }
+}
+
 // The walk of every CTA of a balanced grid, as the score kernel runs it (balanced_units,
 // balanced_share, balanced_first, balanced_piece): every visible block of every request is scored
-// by exactly one CTA, in pieces of at most kIndexMaxBlocksPerCta blocks of one request, exactly
+// by exactly one CTA, in pieces of at most balanced_piece_blocks blocks of one request, exactly
 // one piece of every request starts at its block 0 (that CTA reports a bad length), and the
 // shares differ by at most one block.
 TEST(LaunchPolicy, IndexBalancedSharesCoverEveryBlockOnce) {
   std::mt19937_64 rng(11);
-  for (int trial = 0; trial < 40; ++trial) {
+  for (int trial = 0; trial < 60; ++trial) {
     const int64_t bs = trial % 2 ? 128 : 64;
-    const int64_t max_blocks = 1 + static_cast<int64_t>(rng() % 300);
+    const int32_t piece_blocks = balanced_piece_blocks(int64_t{1} << (trial % 6));  // 1..32 heads
+    const int64_t max_blocks = 1 + static_cast<int64_t>(rng() % (trial % 3 ? 300 : 1200));
     const auto nreq = static_cast<int32_t>(1 + rng() % 200);
     std::vector<int64_t> lens(static_cast<size_t>(nreq));
     for (int64_t& len : lens) {
@@ -339,9 +354,9 @@ TEST(LaunchPolicy, IndexBalancedSharesCoverEveryBlockOnce) {
       BalancedCursor at = balanced_first(ends.data(), nreq, share);
       int32_t bpc = 0;
       BalancedCursor next;
-      while (balanced_piece(ends.data(), nreq, share, at, &bpc, &next)) {
+      while (balanced_piece(ends.data(), nreq, share, piece_blocks, at, &bpc, &next)) {
         ASSERT_GE(bpc, 1);
-        ASSERT_LE(bpc, kIndexMaxBlocksPerCta);
+        ASSERT_LE(bpc, piece_blocks);
         std::vector<int>& own = owners[static_cast<size_t>(at.tile)];
         ASSERT_LE(static_cast<size_t>(at.b0 + bpc), own.size());
         for (int32_t b = at.b0; b < at.b0 + bpc; ++b) ++own[static_cast<size_t>(b)];
