@@ -261,6 +261,12 @@ ScoreKernel wide_tile_balanced_kernel(const IndexProblem& pb) {
              : index_score_mma_balanced_kernel<uint8_t, 2, false, 1, 2>;
 }
 
+// Dynamic shared memory of balanced_score_kernel(pb): the key ring of the 32-key instances at
+// head dim 64.
+size_t balanced_smem_bytes(const IndexProblem& pb) {
+  return wide_key_tiles(pb) && pb.head_dim() == 64 ? key_ring_bytes<1, 2>() : 0;
+}
+
 // The balanced-grid scorer of a decode problem over e4m3 keys (head dim 64, 128 or 192).
 ScoreKernel balanced_score_kernel(const IndexProblem& pb) {
   if (wide_key_tiles(pb)) return wide_tile_balanced_kernel(pb);
@@ -286,10 +292,12 @@ ScoreKernel score_kernel(const IndexProblem& pb) {
                                               : simt_score_kernel<uint8_t>(upl);
 }
 
-// CTAs of `kernel` (kScoreThreads threads, static shared memory only) resident on one SM.
-int resident_ctas_per_sm(ScoreKernel kernel) {
+// CTAs of `kernel` (kScoreThreads threads, `smem` bytes of dynamic shared memory) resident on one
+// SM.
+int resident_ctas_per_sm(ScoreKernel kernel, size_t smem = 0) {
   int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kScoreThreads, 0) != cudaSuccess ||
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kScoreThreads, smem) !=
+          cudaSuccess ||
       n < 1) {
     (void)cudaGetLastError();  // the launch reports a real problem; plan for one CTA per SM
     n = 1;
@@ -328,7 +336,16 @@ ScoreLaunchInfo query_launch_info(const IndexProblem& pb) {
     // Only e4m3 keys use the balanced grid, up to head dim 192 (at 256 the e4m3 instances
     // spill); bf16 keys lose on it (see the top of this file).
     if (pb.index_cache.dtype == DType::kE4M3 && pb.head_dim() <= 192) {
-      info.balanced_ctas_per_sm = resident_ctas_per_sm(balanced_score_kernel(pb));
+      // Above the default 48 KB a kernel's dynamic shared memory needs the opt-in attribute
+      // (per device: launch_info caches this per device). Should it fail, the occupancy query
+      // below fails too and the launch reports the error.
+      const size_t smem = balanced_smem_bytes(pb);
+      if (smem > 0) {
+        (void)cudaFuncSetAttribute(balanced_score_kernel(pb),
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(smem));
+      }
+      info.balanced_ctas_per_sm = resident_ctas_per_sm(balanced_score_kernel(pb), smem);
     }
     if (static_wide_key_tiles(pb)) {
       info.static_wide_ctas_per_sm = resident_ctas_per_sm(wide_tile_static_kernel(pb));
@@ -430,10 +447,10 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
     const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(plan.chunks));
     const char* name = uses_tensor_cores(pb) ? "index_score_mma_kernel" : "index_score_kernel";
     if (plan.balanced_ctas > 0) {
-      MSA_RETURN_IF_ERROR(launch_kernel("index_score_mma_balanced_kernel",
-                                        balanced_score_kernel(pb),
-                                        dim3(1, static_cast<unsigned>(plan.balanced_ctas)),
-                                        dim3(kScoreThreads), 0, cuda_stream, prm));
+      MSA_RETURN_IF_ERROR(
+          launch_kernel("index_score_mma_balanced_kernel", balanced_score_kernel(pb),
+                        dim3(1, static_cast<unsigned>(plan.balanced_ctas)), dim3(kScoreThreads),
+                        balanced_smem_bytes(pb), cuda_stream, prm));
     } else if (plan.cluster_select) {
       return launch_kernel_clustered("index_score_mma_cluster_kernel", cluster_score_kernel(pb),
                                      grid, dim3(kScoreThreads), 0, cuda_stream, dim3(1, grid.y, 1),

@@ -732,6 +732,41 @@ __device__ __forceinline__ uint32_t raw_word(uint4 r, int i) {
   return i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w;
 }
 
+// The 32-key e4m3 instances of the balanced grid at head dim 64 (kM = 2, CH = 1) stage their key
+// tiles in a per-warp ring of kKeyRingStages tiles in dynamic shared memory, filled with
+// cp.async: two 2 KB tiles stay in flight while a warp multiplies a third, without the registers
+// of a third buffer. A lane copies and reads back only its own 16-byte words, stored lane-minor
+// ([stage][word][lane]), so the reads are conflict-free and need no barrier: cp.async.wait_group
+// makes a thread's own copies visible to it. On the H200 that took the head-dim-64 balanced calls
+// 5-11% faster (128K x 64 162.3 -> 147.6 us); at head dim 128, whose register double buffer
+// already keeps a 4 KB tile per warp in flight, the ring was 7-10% slower (128K x 64 256.8 ->
+// 281.9), as were L2 prefetches of tiles ahead (bench/results/2026-11-30-index-key-ring-ab/,
+// 2026-11-30-rejected-index-l2-tile-prefetch/).
+constexpr int kKeyRingStages = 3;
+// uint4 words per lane per tile of 16 kM keys at head dim 64 CH (e4m3: one 16-byte load per
+// 64-dim chunk and key row, two key rows per m-tile).
+template <int CH, int kM>
+constexpr int key_ring_words() {
+  return kM * CH * 2;
+}
+template <int CH, int kM>
+constexpr size_t key_ring_bytes() {
+  return sizeof(uint4) * 32 * kScoreWarps * kKeyRingStages * key_ring_words<CH, kM>();
+}
+
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* global_src) {
+  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global_src)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
 // A fragment of k-step s (0-3) of a 64-dim chunk from its loads r[j][key g, key g + 8]: {row g
 // slots 2t, 2t+1; row g+8 the same; row g slots 2t+8, 2t+9; row g+8 the same} = the lane's dims
 // 4h + [0, 4) of its load j (see above). bf16 keys are used as stored; e4m3 pairs are converted
@@ -864,9 +899,14 @@ template <typename CacheT, int CH, bool kF16, ScoreGrid kGrid, int kNTiles, int 
 __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
                                           const IndexSelectParams* sel) {
   constexpr bool kClusterSelect = kGrid == ScoreGrid::kClusterSelect;
+  // The 32-key e4m3 balanced instances at head dim 64 stream through the shared-memory key ring
+  // (key_ring_bytes).
+  constexpr bool kKeyRing =
+      std::is_same_v<CacheT, uint8_t> && kGrid == ScoreGrid::kBalanced && kM == 2 && CH == 1;
   static_assert(!kF16 || std::is_same_v<CacheT, uint8_t>, "the f16 path is for e4m3 keys");
   static_assert(kNTiles >= 1 && kNTiles * 8 <= kMaxScoreRowHeads, "n-tiles per segment");
   using Load = MmaKeyLoad<CacheT>;
+  static_assert(!kKeyRing || Load::kLoads == 1, "the key ring holds one e4m3 load per chunk");
   using QElem = std::conditional_t<kF16, __half, __nv_bfloat16>;
   static_assert(kMaxScoreBlocks * kMaxScoreRowHeads == detail::kIndexScoreMaxBlockHeads,
                 "the balanced pieces fit the block maxima");
@@ -1028,7 +1068,7 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
 #pragma unroll
         for (int q = 0; q < 2; ++q) lim[n][q] = kHoistLimits ? limit(n, q) : 0;
       }
-      if constexpr (kGrid == ScoreGrid::kBalanced) have = load_tile(tp, fa);
+      if constexpr (kGrid == ScoreGrid::kBalanced && !kKeyRing) have = load_tile(tp, fa);
       // Scores the tile at p from its fragments into the block maxima.
       auto score_tile = [&](TilePos p, const Frag& raw) {
         float acc[kM][kNTiles][4];
@@ -1095,7 +1135,74 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
           }
         }
       };
-      if constexpr (std::is_same_v<CacheT, uint8_t> && kGrid == ScoreGrid::kBalanced) {
+      if constexpr (kKeyRing) {
+        // The ring (key_ring_bytes): tile i sits in stage i % kKeyRingStages; each iteration
+        // first issues the tile kKeyRingStages - 1 ahead into the stage of tile i - 1 (read into
+        // registers last iteration), then waits for tile i. Every iteration commits one group,
+        // empty when its tile is skipped, so "all but the newest kKeyRingStages - 1 groups" is
+        // always tile i.
+        extern __shared__ uint4 key_ring[];
+        constexpr int kWords = key_ring_words<CH, kM>();
+        uint4* ring = key_ring + warp * (kKeyRingStages * kWords * 32) + lane;
+        auto issue = [&](TilePos tq, int stage) -> bool {
+          if (tq.bl >= nblk) return false;
+          const int in_block = tq.tin * 16 * kM;
+          if (tq.bl * bsi + in_block > key_limit) return false;  // warp-uniform
+          const int32_t page = s_page[tq.bl];
+          if (page < 0 || page >= prm.num_cache_blocks) {
+            if (lane == 0 && in_block == 0) raise_error(prm.error_flags, kDeviceErrorBlockId);
+            return false;
+          }
+          const CacheT* kbase =
+              cache + page * prm.cache_stride_page + (in_block * key_stride + lane_key);
+          uint4* dst = ring + stage * (kWords * 32);
+#pragma unroll
+          for (int m = 0; m < kM; ++m) {
+#pragma unroll
+            for (int c = 0; c < CH; ++c) {
+#pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                cp_async_16(dst + ((m * CH + c) * 2 + r) * 32,
+                            kbase + (m * 16 + r * 8) * key_stride + c * 64);
+              }
+            }
+          }
+          return true;
+        };
+        uint32_t have_mask = 0;  // bit s: the tile in stage s is being copied
+        TilePos tq = tp;
+#pragma unroll
+        for (int st = 0; st < kKeyRingStages - 1; ++st) {
+          if (issue(tq, st)) have_mask |= 1u << st;
+          cp_async_commit();
+          tq = advance(tq);
+        }
+        int stage = 0;
+        while (tp.bl < nblk) {
+          const int ahead = stage == 0 ? kKeyRingStages - 1 : stage - 1;
+          have_mask &= ~(1u << ahead);
+          if (issue(tq, ahead)) have_mask |= 1u << ahead;
+          cp_async_commit();
+          tq = advance(tq);
+          cp_async_wait<kKeyRingStages - 1>();
+          if ((have_mask >> stage) & 1u) {
+            Frag raw;
+            const uint4* src = ring + stage * (kWords * 32);
+#pragma unroll
+            for (int m = 0; m < kM; ++m) {
+#pragma unroll
+              for (int c = 0; c < CH; ++c) {
+#pragma unroll
+                for (int r = 0; r < 2; ++r) raw.r[m][c][0][r] = src[((m * CH + c) * 2 + r) * 32];
+              }
+            }
+            score_tile(tp, raw);
+          }
+          tp = advance(tp);
+          stage = stage == kKeyRingStages - 1 ? 0 : stage + 1;
+        }
+        cp_async_wait<0>();  // the next piece refills the ring from stage 0
+      } else if constexpr (std::is_same_v<CacheT, uint8_t> && kGrid == ScoreGrid::kBalanced) {
         // Two named buffers that swap roles every tile (the loop is unrolled by two), so the
         // double buffer costs no register copies. The balanced e4m3 grid runs it; in the same
         // A/B the static and in-cluster e4m3 kernels were up to 9% faster with the copying loop

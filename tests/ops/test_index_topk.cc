@@ -755,28 +755,31 @@ TEST(IndexTopk, ManyRaggedRequestsBalancedGrid) {
 // Long ragged decode requests over e4m3 keys: the balanced grid's shares (about 150 blocks per
 // CTA on the H200) are scored in pieces of up to 256 blocks for one (row, head) query vector and
 // of up to 128 for 8 (detail::balanced_piece_blocks), so a piece holds more blocks than a static
-// CTA and a share of 8 query vectors takes two. 50 requests of 16K-35K tokens in 32-token blocks
-// (one of them 1120 blocks long); their blocks are drawn from 600 pages, which keeps
-// the cache and the oracle's copy small.
+// CTA and a share of 8 query vectors takes two (at head dim 64 through the key ring, which each
+// piece refills). 50 requests of 16K-35K tokens in 32-token blocks (one of them 1120 blocks
+// long); their blocks are drawn from 600 pages, which keeps the cache and the oracle's copy small.
 TEST(IndexTopk, BalancedGridLongPieces) {
   MSA_REQUIRE_TEST_DEVICE();
-  for (const auto& [heads, query_len, q_dtype] :
-       {std::tuple<int64_t, int, DType>{1, 1, DType::kE4M3}, {2, 4, DType::kBF16}}) {
-    SCOPED_TRACE(std::to_string(heads) + " heads x " + std::to_string(query_len) + " rows");
+  for (const auto& [heads, query_len, q_dtype, di] :
+       {std::tuple<int64_t, int, DType, int64_t>{1, 1, DType::kE4M3, 128},
+        {2, 4, DType::kBF16, 128},
+        {2, 4, DType::kE4M3, 64}}) {
+    SCOPED_TRACE(std::to_string(heads) + " heads x " + std::to_string(query_len) +
+                 " rows, head dim " + std::to_string(di));
     BatchSpec s;
     s.q_dtype = q_dtype;
     s.k_dtype = DType::kE4M3;
     s.heads = heads;
     s.query_len = query_len;
-    s.head_dim = 128;
+    s.head_dim = di;
     s.block_size = 32;
     s.table_cols = 1120;
     s.page_pool = 600;
     s.seq_lens = {1120 * 32, 16384 + 1, 35000};
-    std::mt19937_64 rng(70 + static_cast<uint64_t>(heads));
+    std::mt19937_64 rng(70 + static_cast<uint64_t>(heads + di));
     std::uniform_int_distribution<int64_t> len(16384, 35000);
     while (s.seq_lens.size() < 50) s.seq_lens.push_back(len(rng));
-    s.seed = 71 + static_cast<uint64_t>(heads);
+    s.seed = 71 + static_cast<uint64_t>(heads + di);
     run_and_check(s);
   }
 }
@@ -1206,10 +1209,14 @@ void expect_bad_values_in_balanced_grid(const BatchSpec& spec) {
 
 TEST(IndexTopkBadInput, ValuesInBalancedGrid) {
   MSA_REQUIRE_TEST_DEVICE();
-  for (const bool wide : {false, true}) {
-    SCOPED_TRACE(wide ? "32-key tiles" : "16-key tiles");
-    expect_bad_values_in_balanced_grid(wide ? wide_tile_balanced_spec(64, 35)
-                                            : balanced_spec(DType::kE4M3, 1, 1, 33));
+  {
+    SCOPED_TRACE("16-key tiles");
+    expect_bad_values_in_balanced_grid(balanced_spec(DType::kE4M3, 1, 1, 33));
+  }
+  // CUDA: the register double buffer at head dim 128, the shared-memory key ring at 64.
+  for (const int64_t di : {128, 64}) {
+    SCOPED_TRACE("32-key tiles, head dim " + std::to_string(di));
+    expect_bad_values_in_balanced_grid(wide_tile_balanced_spec(64, 35, DType::kE4M3, di));
   }
 }
 
