@@ -267,8 +267,22 @@ size_t balanced_smem_bytes(const IndexProblem& pb) {
   return wide_key_tiles(pb) && pb.head_dim() == 64 ? key_ring_bytes<1, 2>() : 0;
 }
 
-// The balanced-grid scorer of a decode problem over e4m3 keys (head dim 64, 128 or 192).
+// Whether a decode problem may run the balanced grid (query_launch_info): e4m3 keys up to head
+// dim 192 (at 256 their instances spill), bf16 keys with one query n-tile at head dim 64 or 128.
+// The bf16 four-tile instance spilled inside its tile loop at the 128-register bound and was 1.9x
+// slower than the static grid (bench/results/2026-11-30-index-balanced-grid-ab/); the one-tile
+// instance fits with the double buffer as two named buffers.
+bool has_balanced_grid(const IndexProblem& pb) {
+  if (pb.index_cache.dtype == DType::kE4M3) return pb.head_dim() <= 192;
+  return one_query_tile(pb) && (pb.head_dim() == 64 || pb.head_dim() == 128);
+}
+
+// The balanced-grid scorer of a decode problem that has_balanced_grid.
 ScoreKernel balanced_score_kernel(const IndexProblem& pb) {
+  if (pb.index_cache.dtype == DType::kBF16) {
+    return pb.head_dim() == 64 ? index_score_mma_balanced_kernel<__nv_bfloat16, 1, false, 1, 1>
+                               : index_score_mma_balanced_kernel<__nv_bfloat16, 2, false, 1, 1>;
+  }
   if (wide_key_tiles(pb)) return wide_tile_balanced_kernel(pb);
   return pb.index_q.dtype == DType::kE4M3
              ? mma_for_problem<uint8_t, true, ScoreGrid::kBalanced>(pb)
@@ -333,9 +347,7 @@ ScoreLaunchInfo query_launch_info(const IndexProblem& pb) {
   info.ctas_per_sm = resident_ctas_per_sm(score_kernel(pb));
   if (uses_tensor_cores(pb)) {
     info.clusters = query_cluster_limits(cluster_score_kernel(pb));
-    // Only e4m3 keys use the balanced grid, up to head dim 192 (at 256 the e4m3 instances
-    // spill); bf16 keys lose on it (see the top of this file).
-    if (pb.index_cache.dtype == DType::kE4M3 && pb.head_dim() <= 192) {
+    if (has_balanced_grid(pb)) {
       // Above the default 48 KB a kernel's dynamic shared memory needs the opt-in attribute
       // (per device: launch_info caches this per device). Should it fail, the occupancy query
       // below fails too and the launch reports the error.

@@ -1202,11 +1202,12 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
           stage = stage == kKeyRingStages - 1 ? 0 : stage + 1;
         }
         cp_async_wait<0>();  // the next piece refills the ring from stage 0
-      } else if constexpr (std::is_same_v<CacheT, uint8_t> && kGrid == ScoreGrid::kBalanced) {
+      } else if constexpr (kGrid == ScoreGrid::kBalanced) {
         // Two named buffers that swap roles every tile (the loop is unrolled by two), so the
-        // double buffer costs no register copies. The balanced e4m3 grid runs it; in the same
-        // A/B the static and in-cluster e4m3 kernels were up to 9% faster with the copying loop
-        // below, and bf16 keys (with hoisted limits) up to 5%
+        // double buffer costs no register copies. The balanced grid runs it (with bf16 keys the
+        // copying loop spills there); in the same A/B the static and in-cluster e4m3 kernels
+        // were up to 9% faster with the copying loop below, and static bf16 ones (with hoisted
+        // limits) up to 5%
         // (bench/results/2026-11-30-index-loop-pingpong-ab/); the static 32-key instance was too
         // (bench/results/2026-11-30-index-m2-tiles-ab/, call 4).
         Frag fb;

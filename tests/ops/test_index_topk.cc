@@ -724,16 +724,18 @@ TEST(IndexTopk, ManyDecodeRequestsEitherSelectionPath) {
   }
 }
 
-// A ragged decode batch whose static grid is more than one wave of score CTAs: with e4m3 keys
-// the CUDA indexer then runs one wave of CTAs that share all requests' visible blocks, found from
-// the lengths at run time (core/launch_policy.h, balanced_ctas). On the H200: 100 requests with
+// A ragged decode batch whose static grid is more than one wave of score CTAs: with e4m3 keys,
+// or bf16 keys and at most 8 query vectors per request, the CUDA indexer then runs one wave of
+// CTAs that share all requests' visible blocks, found from the lengths at run time
+// (core/launch_policy.h, balanced_ctas). On the H200: 100 requests with
 // 128-column tables of 64-token blocks (400 static CTAs of 32 blocks; a wave holds 264).
 // Padding requests, every block-boundary case and random lengths; the one-tile scorer (e4m3
 // queries, one row) and the four-tile one (bf16 queries, 4 rows x 2 heads).
-BatchSpec balanced_spec(DType q_dtype, int64_t heads, int query_len, uint64_t seed) {
+BatchSpec balanced_spec(DType q_dtype, int64_t heads, int query_len, uint64_t seed,
+                        DType k_dtype = DType::kE4M3) {
   BatchSpec s;
   s.q_dtype = q_dtype;
-  s.k_dtype = DType::kE4M3;
+  s.k_dtype = k_dtype;
   s.heads = heads;
   s.query_len = query_len;
   s.block_size = 64;
@@ -750,25 +752,31 @@ TEST(IndexTopk, ManyRaggedRequestsBalancedGrid) {
   MSA_REQUIRE_TEST_DEVICE();
   run_and_check(balanced_spec(DType::kE4M3, 1, 1, 31));
   run_and_check(balanced_spec(DType::kBF16, 2, 4, 32));
+  // bf16 keys (the one-tile instance; more query vectors keep the static grid).
+  run_and_check(balanced_spec(DType::kBF16, 1, 1, 36, DType::kBF16));
+  run_and_check(balanced_spec(DType::kE4M3, 2, 4, 37, DType::kBF16));
+  run_and_check(balanced_spec(DType::kBF16, 4, 4, 38, DType::kBF16));
 }
 
-// Long ragged decode requests over e4m3 keys: the balanced grid's shares (about 150 blocks per
-// CTA on the H200) are scored in pieces of up to 256 blocks for one (row, head) query vector and
-// of up to 128 for 8 (detail::balanced_piece_blocks), so a piece holds more blocks than a static
-// CTA and a share of 8 query vectors takes two (at head dim 64 through the key ring, which each
-// piece refills). 50 requests of 16K-35K tokens in 32-token blocks (one of them 1120 blocks
-// long); their blocks are drawn from 600 pages, which keeps the cache and the oracle's copy small.
+// Long ragged decode requests (e4m3 keys; bf16 keys with one query vector): the balanced grid's
+// shares (about 150 blocks per CTA on the H200) are scored in pieces of up to 256 blocks for one
+// (row, head) query vector and of up to 128 for 8 (detail::balanced_piece_blocks), so a piece
+// holds more blocks than a static CTA and a share of 8 query vectors takes two (at head dim 64
+// through the key ring, which each piece refills). 50 requests of 16K-35K tokens in 32-token blocks
+// (one of them 1120 blocks long); their blocks are drawn from 600 pages, which keeps the cache and
+// the oracle's copy small.
 TEST(IndexTopk, BalancedGridLongPieces) {
   MSA_REQUIRE_TEST_DEVICE();
-  for (const auto& [heads, query_len, q_dtype, di] :
-       {std::tuple<int64_t, int, DType, int64_t>{1, 1, DType::kE4M3, 128},
-        {2, 4, DType::kBF16, 128},
-        {2, 4, DType::kE4M3, 64}}) {
+  for (const auto& [heads, query_len, q_dtype, di, k_dtype] :
+       {std::tuple<int64_t, int, DType, int64_t, DType>{1, 1, DType::kE4M3, 128, DType::kE4M3},
+        {2, 4, DType::kBF16, 128, DType::kE4M3},
+        {2, 4, DType::kE4M3, 64, DType::kE4M3},
+        {1, 1, DType::kBF16, 128, DType::kBF16}}) {
     SCOPED_TRACE(std::to_string(heads) + " heads x " + std::to_string(query_len) +
-                 " rows, head dim " + std::to_string(di));
+                 " rows, head dim " + std::to_string(di) + ", keys " + dtype_name(k_dtype));
     BatchSpec s;
     s.q_dtype = q_dtype;
-    s.k_dtype = DType::kE4M3;
+    s.k_dtype = k_dtype;
     s.heads = heads;
     s.query_len = query_len;
     s.head_dim = di;
@@ -1212,6 +1220,12 @@ TEST(IndexTopkBadInput, ValuesInBalancedGrid) {
   {
     SCOPED_TRACE("16-key tiles");
     expect_bad_values_in_balanced_grid(balanced_spec(DType::kE4M3, 1, 1, 33));
+  }
+  for (const int64_t di : {64, 128}) {
+    SCOPED_TRACE("bf16 keys, head dim " + std::to_string(di));
+    BatchSpec s = balanced_spec(DType::kBF16, 1, 1, 39, DType::kBF16);
+    s.head_dim = di;
+    expect_bad_values_in_balanced_grid(s);
   }
   // CUDA: the register double buffer at head dim 128, the shared-memory key ring at 64.
   for (const int64_t di : {128, 64}) {
