@@ -99,7 +99,9 @@ def main():
     objects = library_objects(build)
     deps = {obj: dependencies(build, obj) for obj, _ in objects}
     for variant in sys.argv[3:]:
-        build_variant(build, out_dir, variant, objects, deps)
+        # Absolute, since the variant's sources and include folders are compiled from BUILD_DIR.
+        build_variant(build, out_dir, variant if variant == "tree" else os.path.realpath(variant),
+                      objects, deps)
 
 
 if __name__ == "__main__":

@@ -195,11 +195,12 @@ inline bool index_static_wide_tiles(const IndexLaunchPlan& p, int64_t wide_wave)
 // CTA at 128K x 1 took 4 waves: 25 us against 15 us in one). Large batches (more blocks than a
 // wave can hold at 32 per CTA) stream in waves of 32-block CTAs, which pay the per-CTA prologue
 // (query load, page ids, barrier) once per 32 blocks. When the scorer has a balanced-grid
-// variant (balanced_ctas_per_sm > 0: the e4m3-key decode scorers), such decode grids become one
-// wave of balanced_ctas CTAs that share the visible blocks of all requests at run time
-// (balanced_share): a static CTA's work is fixed by the plan, so in a ragged batch the CTAs of
-// short requests would leave their SMs idle while the long requests stream (ragged e4m3 index
-// calls 9-31% faster on the H200, bench/results/2026-11-30-index-balanced-grid-ab/).
+// variant (balanced_ctas_per_sm > 0: the decode scorers of e4m3 keys, and of bf16 keys with one
+// query n-tile), such decode grids become one wave of balanced_ctas CTAs that share the visible
+// blocks of all requests at run time (balanced_share): a static CTA's work is fixed by the plan,
+// so in a ragged batch the CTAs of short requests would leave their SMs idle while the long
+// requests stream (ragged e4m3 index calls 9-31% faster on the H200,
+// bench/results/2026-11-30-index-balanced-grid-ab/).
 //
 // The top-k selection is then a second kernel, one CTA per (row, head), except in decode calls
 // (a row tile is one request) with block tables of at most kIndexClusterSelectMaxBlocks columns

@@ -37,8 +37,9 @@
 //      (while it runs, after one-wave grids of short CTAs: plan.early_select), resolve their
 //      rows, and wait for the scores (griddepcontrol), so its launch and first loads are off the
 //      call's critical path (8K x 1: 11.5 -> 9.4 us).
-//   Decode calls over e4m3 keys whose static grid would take more than one wave (batch 16 at
-//   128K, 4 at 512K, 64 at 32K on the H200) run index_score_mma_balanced_kernel instead, on one
+//   Decode calls over e4m3 keys, or over bf16 keys with one query n-tile at head dim 64 or 128
+//   (has_balanced_grid), whose static grid would take more than one wave (batch 16 at 128K, 4 at
+//   512K, 64 at 32K on the H200) run index_score_mma_balanced_kernel instead, on one
 //   wave of CTAs (plan.balanced_ctas): every CTA reads all request lengths, takes the prefix sum
 //   of their visible blocks and scores an equal share of them, request by request in pieces of
 //   up to 256 blocks (the same scoring code; detail::balanced_share / balanced_piece /
@@ -46,11 +47,13 @@
 //   CTA's work is fixed by the plan, so in a ragged batch the CTAs of short requests idle while
 //   the long ones stream; the shares keep every SM streaming: ragged e4m3 index calls 9-31%
 //   faster (512K x 4 62.5 -> 43.3 us, 128K x 64 200 -> 182), uniform ones within -3..+2.3%
-//   (bench/results/2026-11-30-index-balanced-grid-ab/). bf16 keys keep the static grid: their
-//   4-tile scorer is at its 128-register bound, and the balanced loop's state spilled inside its
-//   tile loop (1.9x slower); their one-n-tile scorer fits with two named buffers, but on the
-//   balanced grid its uniform calls were 2-4% slower and only ragged ones faster (6-12%), which
-//   the host cannot tell apart (bench/results/2026-11-30-index-bf16-balanced-ab/).
+//   (bench/results/2026-11-30-index-balanced-grid-ab/). bf16 keys with more query vectors keep
+//   the static grid: their 4-tile scorer is at its 128-register bound, and the balanced loop's
+//   state spilled inside its tile loop (1.9x slower). Their one-n-tile scorer fits with two named
+//   buffers. With 32-block pieces its uniform calls were 2-4% slower on the balanced grid and only
+//   ragged ones faster (bench/results/2026-11-30-index-bf16-balanced-ab/). With pieces of up to
+//   256 blocks, uniform calls are 0.7-1.5% faster and ragged ones 4-15% (128K x 64 501.8 -> 496.0
+//   us, 512K x 16 ragged 245.8 -> 227.1; 2026-11-30-index-bf16-balanced-long-pieces-ab/).
 //   Over e4m3 keys at head dim 64 or 128 with one query n-tile (wide_key_tiles), a warp of the
 //   balanced grid scores 32 keys per tile instead of 16: the tile's epilogue, addressing and
 //   query loads serve twice the keys (~130 instead of ~190 instructions per 16 keys with e4m3
