@@ -1144,6 +1144,8 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
         extern __shared__ uint4 key_ring[];
         constexpr int kWords = key_ring_words<CH, kM>();
         uint4* ring = key_ring + warp * (kKeyRingStages * kWords * 32) + lane;
+        // load_tile's skips and checks, then copies instead of loads. (One lambda for the checks
+        // of both changed the machine code of every scorer, which was not timed.)
         auto issue = [&](TilePos tq, int stage) -> bool {
           if (tq.bl >= nblk) return false;
           const int in_block = tq.tin * 16 * kM;
