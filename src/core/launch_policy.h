@@ -86,10 +86,9 @@ MSA_POLICY_HD BlockRange balanced_share(int64_t total, int64_t ctas, int64_t cta
 
 // A balanced CTA walks its share request by request, in pieces of at most piece_blocks
 // (balanced_piece_blocks) blocks: the piece at cursor (tile, b0) is blocks [b0, b0 + bpc) of
-// request `tile`. `ends` holds
-// the inclusive prefix sums of the nreq requests' units (request r owns units [ends[r - 1],
-// ends[r])). balanced_first gives the first cursor of a share, balanced_piece the piece at a
-// cursor and the cursor after it, or false once the share is done.
+// request `tile`. `ends` holds the inclusive prefix sums of the nreq requests' units (request r
+// owns units [ends[r - 1], ends[r])). balanced_first gives the first cursor of a share,
+// balanced_piece the piece at a cursor and the cursor after it, or false once the share is done.
 struct BalancedCursor {
   int32_t tile = 0, b0 = 0;
 };

@@ -39,14 +39,14 @@
 //      call's critical path (8K x 1: 11.5 -> 9.4 us).
 //   Decode calls over e4m3 keys, or over bf16 keys with one query n-tile at head dim 64 or 128
 //   (has_balanced_grid), whose static grid would take more than one wave (batch 16 at 128K, 4 at
-//   512K, 64 at 32K on the H200) run index_score_mma_balanced_kernel instead, on one
-//   wave of CTAs (plan.balanced_ctas): every CTA reads all request lengths, takes the prefix sum
-//   of their visible blocks and scores an equal share of them, request by request in pieces of
-//   up to 256 blocks (the same scoring code; detail::balanced_share / balanced_piece /
-//   balanced_piece_blocks). A static
-//   CTA's work is fixed by the plan, so in a ragged batch the CTAs of short requests idle while
-//   the long ones stream; the shares keep every SM streaming: ragged e4m3 index calls 9-31%
-//   faster (512K x 4 62.5 -> 43.3 us, 128K x 64 200 -> 182), uniform ones within -3..+2.3%
+//   512K, 64 at 32K on the H200) run index_score_mma_balanced_kernel instead, on one wave of CTAs
+//   (plan.balanced_ctas): every CTA reads all request lengths, takes the prefix sum of their
+//   visible blocks and scores an equal share of them, request by request in pieces of up to 256
+//   blocks (the same scoring code; detail::balanced_share / balanced_piece /
+//   balanced_piece_blocks). A static CTA's work is fixed by the plan, so in a ragged batch the
+//   CTAs of short requests idle while the long ones stream; the shares keep every SM streaming:
+//   ragged e4m3 index calls 9-31% faster (512K x 4 62.5 -> 43.3 us, 128K x 64 200 -> 182),
+//   uniform ones within -3..+2.3%
 //   (bench/results/2026-11-30-index-balanced-grid-ab/). bf16 keys with more query vectors keep
 //   the static grid: their 4-tile scorer is at its 128-register bound, and the balanced loop's
 //   state spilled inside its tile loop (1.9x slower). Their one-n-tile scorer fits with two named
@@ -265,7 +265,7 @@ ScoreKernel wide_tile_balanced_kernel(const IndexProblem& pb) {
 }
 
 // Dynamic shared memory of balanced_score_kernel(pb): the key ring of the 32-key instances at
-// head dim 64.
+// head dim 64 (the instances whose score_mma has kKeyRing; the two rules must agree).
 size_t balanced_smem_bytes(const IndexProblem& pb) {
   return wide_key_tiles(pb) && pb.head_dim() == 64 ? key_ring_bytes<1, 2>() : 0;
 }

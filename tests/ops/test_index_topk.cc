@@ -1191,28 +1191,39 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, IndexTopkBadDecodeValues,
                            return std::string(dtype_name(p.param));
                          });
 
-// Bad values in a batch that takes the balanced grid on CUDA (balanced_spec): the piece that
-// holds a request's block 0 reports a bad length, any piece a bad page id.
-void expect_bad_values_in_balanced_grid(const BatchSpec& spec) {
+// Bad values in a decode batch: page id `blk` of request `req` (a block every row of the request
+// sees) past the cache and negative, and request `len_req`'s length past its block table; each is
+// flagged (whichever CTA scores the block or, for the length, the request's block 0), and with
+// the values restored (request `len_req` to `len_ok`) nothing is.
+void expect_bad_values_at(const BatchSpec& spec, int64_t req, int64_t blk, int64_t len_req,
+                          int64_t len_ok) {
   Batch b = make_batch(spec, test_device());
   const IndexTopkDecodeArgs a = decode_args(b);
   const int64_t mb = b.oracle_in.max_blocks;
   const int64_t num_blocks = b.index_cache.shape()[0];
-  const double page = b.block_table.get({5, 100});  // request 5 sees all 128 blocks
+  const double page = b.block_table.get({req, blk});
 
-  b.block_table.set({5, 100}, static_cast<double>(num_blocks));
+  b.block_table.set({req, blk}, static_cast<double>(num_blocks));
   expect_bad_value(b, a, kDeviceErrorBlockId, "block id >= num_blocks");
-  b.block_table.set({5, 100}, page);
+  b.block_table.set({req, blk}, -1);
+  expect_bad_value(b, a, kDeviceErrorBlockId, "negative block id");
+  b.block_table.set({req, blk}, page);
 
-  b.seq_lens.set_flat(60, static_cast<double>(64 * mb + 1));
+  b.seq_lens.set_flat(len_req, static_cast<double>(spec.block_size * mb + 1));
   expect_bad_value(b, a, kDeviceErrorSeqLen, "seq_len beyond the block table");
-  b.seq_lens.set_flat(60, 0);
+  b.seq_lens.set_flat(len_req, static_cast<double>(len_ok));
 
   upload_all(b);
   const Status st = run_batch(b, b.topk_out.view(), Stream());
   EXPECT_TRUE(st.ok()) << st.to_string();
   b.flags.download();
   EXPECT_EQ(b.flags.get_flat(0), 0.0);
+}
+
+// Bad values in a batch that takes the balanced grid on CUDA (balanced_spec: request 5 sees all
+// 128 blocks; request 60 takes the bad length, then 0, a padding request's).
+void expect_bad_values_in_balanced_grid(const BatchSpec& spec) {
+  expect_bad_values_at(spec, 5, 100, 60, 0);
 }
 
 TEST(IndexTopkBadInput, ValuesInBalancedGrid) {
@@ -1234,30 +1245,11 @@ TEST(IndexTopkBadInput, ValuesInBalancedGrid) {
   }
 }
 
-// Bad page ids and lengths on the long static CTAs of long_static_spec (32-key tiles on CUDA).
+// Bad page ids and lengths on the long static CTAs of long_static_spec (32-key tiles on CUDA):
+// request 0 sees all 1024 blocks, request 3 is two blocks long.
 TEST(IndexTopkBadInput, ValuesOnLongStaticCtas) {
   MSA_REQUIRE_TEST_DEVICE();
-  Batch b = make_batch(long_static_spec(64), test_device());
-  const IndexTopkDecodeArgs a = decode_args(b);
-  const int64_t mb = b.oracle_in.max_blocks;
-  const int64_t num_blocks = b.index_cache.shape()[0];
-  const double page = b.block_table.get({0, 700});  // request 0 sees all 1024 blocks
-
-  b.block_table.set({0, 700}, static_cast<double>(num_blocks));
-  expect_bad_value(b, a, kDeviceErrorBlockId, "block id >= num_blocks");
-  b.block_table.set({0, 700}, -1);
-  expect_bad_value(b, a, kDeviceErrorBlockId, "negative block id");
-  b.block_table.set({0, 700}, page);
-
-  b.seq_lens.set_flat(3, static_cast<double>(64 * mb + 1));
-  expect_bad_value(b, a, kDeviceErrorSeqLen, "seq_len beyond the block table");
-  b.seq_lens.set_flat(3, 65);
-
-  upload_all(b);
-  const Status st = run_batch(b, b.topk_out.view(), Stream());
-  EXPECT_TRUE(st.ok()) << st.to_string();
-  b.flags.download();
-  EXPECT_EQ(b.flags.get_flat(0), 0.0);
+  expect_bad_values_at(long_static_spec(64), 0, 700, 3, 65);
 }
 
 TEST(IndexTopkBadInput, ValuesPrefill) {
