@@ -855,6 +855,24 @@ TEST(IndexTopk, LongStaticCtasOtherScorerInstances) {
   }
 }
 
+// Narrow tables (at most 256 columns) with a top-k from above a warp's 32 keys up to the table
+// width less one: the CUDA rank count then keeps most of a row, the kept blocks of a warp are
+// not contiguous, and the -1 padding is a single column.
+TEST(IndexTopk, NarrowTablesWithLargeTopk) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s;
+  s.heads = 2;
+  s.query_len = 2;
+  s.seq_lens = {128 * 256, 128 * 200 + 7, 128 * 40 + 1, 128 * 255 + 1};
+  s.width = 256;
+  s.seed = 71;
+  for (int topk : {33, 100, 255}) {
+    SCOPED_TRACE("topk " + std::to_string(topk));
+    s.params.topk = topk;
+    run_and_check(s);
+  }
+}
+
 TEST(IndexTopk, FewVisibleBlocksSelectsAll) {
   MSA_REQUIRE_TEST_DEVICE();
   BatchSpec s;
