@@ -11,13 +11,17 @@
 # Host warnings are not errors here: the GPU machine has a newer g++ than CI, whose -Werror
 # build is the authority on warnings. Logs go to $OUT (default ./gpu_check_out). GoogleTest is
 # taken from .gtest/ (a copy of Debian's /usr/src/googletest carried to the machine) when no
-# system GTest exists.
+# system GTest exists. STAGE_TIMEOUT (seconds, default 300) limits each test and sanitizer run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_check_out}
 mkdir -p "$OUT"
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 JOBS=${JOBS:-$(nproc)}
+# Time limit of each test and sanitizer run, in seconds: a kernel that hangs (a warp shuffle some
+# lanes skip) then fails its stage instead of taking the whole device call and its logs with it.
+# All of them together, with the engine run, took ~330 s on the H200 at 6569654.
+STAGE_TIMEOUT=${STAGE_TIMEOUT:-300}
 STAGES=("$@")
 [ ${#STAGES[@]} -eq 0 ] && STAGES=(build test sanitize sass)
 declare -a SUMMARY=()
@@ -44,14 +48,21 @@ fi
 
 TEST_BIN="$BUILD_DIR/tests/msa_tests_cuda"
 if has_stage test && [ -x "$TEST_BIN" ]; then
-  "$TEST_BIN" --gtest_output=xml:"$OUT/cuda_tests.xml" >"$OUT/cuda_tests.log" 2>&1
+  timeout -k 10 "$STAGE_TIMEOUT" "$TEST_BIN" --gtest_output=xml:"$OUT/cuda_tests.xml" \
+    >"$OUT/cuda_tests.log" 2>&1
   rc=$?
   line=$(grep -E '^\[  (PASSED|FAILED) ' "$OUT/cuda_tests.log" | tr '\n' ' ')
   skipped=$(grep -cE '^\[  SKIPPED \]' "$OUT/cuda_tests.log")
-  [ $rc -eq 0 ] && record cuda-tests ok "$line skipped-lines=$skipped" ||
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    record cuda-tests FAIL "timed out after $STAGE_TIMEOUT s in $(grep -E '^\[ RUN' \
+      "$OUT/cuda_tests.log" | tail -1 | sed 's/^\[ RUN *\] //')"
+  elif [ $rc -eq 0 ]; then
+    record cuda-tests ok "$line skipped-lines=$skipped"
+  else
     record cuda-tests FAIL "$line"
+  fi
   grep -E '^\[  FAILED  \]' "$OUT/cuda_tests.log" | head -30
-  "$BUILD_DIR/tests/msa_tests_cpu" >"$OUT/cpu_tests.log" 2>&1 &&
+  timeout -k 10 "$STAGE_TIMEOUT" "$BUILD_DIR/tests/msa_tests_cpu" >"$OUT/cpu_tests.log" 2>&1 &&
     record cpu-tests ok "$(grep -E '^\[  PASSED' "$OUT/cpu_tests.log")" ||
     record cpu-tests FAIL "$(grep -E '^\[  FAILED' "$OUT/cpu_tests.log" | head -3 | tr '\n' ' ')"
 fi
@@ -61,14 +72,19 @@ fi
 SAN_FILTER=${SAN_FILTER:-'-*Long*:*64K*:*128K*:*Consistency*'}
 if has_stage sanitize && [ -x "$TEST_BIN" ]; then
   for tool in memcheck racecheck; do
-    compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
-      "$TEST_BIN" --gtest_filter="$SAN_FILTER" >"$OUT/sanitize_$tool.log" 2>&1
+    timeout -k 10 "$STAGE_TIMEOUT" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+      --print-limit 20 "$TEST_BIN" --gtest_filter="$SAN_FILTER" >"$OUT/sanitize_$tool.log" 2>&1
     rc=$?
     summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)
-    # Exit code 99 is the sanitizer's own finding; other non-zero codes are test failures,
-    # which the test stage reports.
-    [ $rc -ne 99 ] && record "$tool" ok "$summary (tests rc=$rc)" ||
+    # Exit code 99 is the sanitizer's own finding, 124 or 137 the time limit; other non-zero
+    # codes are test failures, which the test stage reports.
+    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+      record "$tool" FAIL "timed out after $STAGE_TIMEOUT s"
+    elif [ $rc -ne 99 ]; then
+      record "$tool" ok "$summary (tests rc=$rc)"
+    else
       record "$tool" FAIL "$summary"
+    fi
   done
 fi
 
