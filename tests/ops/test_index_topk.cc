@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <set>
@@ -515,6 +516,37 @@ void run_with_edited_cache(Batch& b) {
   b.topk_out.download();
 }
 
+// Scores set by block: every index query element 0.5 and every key element of request block blk
+// value(blk), so the block scores 0.5 x head_dim x value(blk) (cache and the oracle's copy).
+void set_block_values(Batch& b, const std::function<double(int64_t)>& value) {
+  for (int64_t i = 0; i < b.index_q.numel(); ++i) b.index_q.set_flat(i, 0.5);
+  b.oracle_in.index_q.assign(b.oracle_in.index_q.size(), 0.5);
+  const BatchSpec& s = b.spec;
+  const int64_t page_elems = s.block_size * s.head_dim;
+  for (size_t r = 0; r < s.seq_lens.size(); ++r) {
+    for (int64_t blk = 0; blk < ceil_div(s.seq_lens[r], s.block_size); ++blk) {
+      const double v = value(blk);
+      const int64_t page = b.oracle_in.block_table[r * b.oracle_in.max_blocks + blk];
+      for (int64_t i = page * page_elems; i < (page + 1) * page_elems; ++i) {
+        b.index_cache.set_flat(i, v);
+        b.oracle_in.index_cache[i] = b.index_cache.get_flat(i);
+      }
+    }
+  }
+}
+
+// Runs the batch as uploaded now and compares every row with the oracle's; no flags raised.
+void run_and_check_rows(Batch& b) {
+  upload_all(b);
+  const Status st = run_batch(b, b.topk_out.view(), Stream());
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  b.topk_out.download();
+  b.flags.download();
+  EXPECT_EQ(b.flags.get_flat(0), 0.0);
+  expect_rows(b.oracle_in, b.topk_out, 0, b.rows, true,
+              [&](int64_t h, int64_t t) { return oracle::index_topk_row(b.oracle_in, t, h); });
+}
+
 TEST(IndexTopk, EqualScoresGoToLowerBlockIds) {
   MSA_REQUIRE_TEST_DEVICE();
   BatchSpec s;
@@ -587,16 +619,7 @@ TEST(IndexTopk, WideTableWithLowSamplesSelectsExactly) {
   s.seq_lens = {128 * 1000};
   s.seed = 17;
   Batch b = make_batch(s, test_device());
-  const int64_t di = s.head_dim, bs = s.block_size;
-  const std::vector<int32_t>& table = b.oracle_in.block_table;
-  for (int64_t d = 0; d < di; ++d) b.index_q.set({0, 0, d}, 0.5);
-  b.oracle_in.index_q.assign(b.oracle_in.index_q.size(), 0.5);
-  for (int64_t blk = 0; blk < 1000; ++blk) {
-    const double v = blk % 4 == 0 ? -0.125 : 0.125;
-    for (int64_t j = 0; j < bs; ++j) {
-      for (int64_t d = 0; d < di; ++d) b.index_cache.set({table[blk], j, d}, v);
-    }
-  }
+  set_block_values(b, [](int64_t blk) { return blk % 4 == 0 ? -0.125 : 0.125; });
   run_with_edited_cache(b);
   std::vector<int32_t> want;
   for (int32_t blk = 1; want.size() < 15; ++blk) {
@@ -630,37 +653,20 @@ TEST(IndexTopk, SelectionOverLengthsWidthsAndScoreOrders) {
       s.table_cols = wide ? 600 : 0;
       Batch b = make_batch(s, test_device());
       if (order != Order::kRandom) {
-        for (int64_t i = 0; i < b.index_q.numel(); ++i) b.index_q.set_flat(i, 0.5);
-        b.oracle_in.index_q.assign(b.oracle_in.index_q.size(), 0.5);
-        const int64_t page_elems = s.block_size * s.head_dim;
-        for (size_t r = 0; r < s.seq_lens.size(); ++r) {
-          for (int64_t blk = 0; blk < ceil_div(s.seq_lens[r], s.block_size); ++blk) {
-            // bf16 rounds some neighbours on the rising and falling ramps to equal scores, which
-            // then go to the lower id: exact either way.
-            const double v = order == Order::kRising    ? blk / 1024.0 - 0.5
-                             : order == Order::kFalling ? 0.5 - blk / 1024.0
-                                                        : 0.25;
-            const int64_t page = b.oracle_in.block_table[r * b.oracle_in.max_blocks + blk];
-            for (int64_t i = page * page_elems; i < (page + 1) * page_elems; ++i) {
-              b.index_cache.set_flat(i, v);
-              b.oracle_in.index_cache[i] = b.index_cache.get_flat(i);
-            }
-          }
-        }
+        // bf16 rounds some neighbours on the rising and falling ramps to equal scores, which
+        // then go to the lower id: exact either way.
+        set_block_values(b, [order](int64_t blk) {
+          return order == Order::kRising    ? blk / 1024.0 - 0.5
+                 : order == Order::kFalling ? 0.5 - blk / 1024.0
+                                            : 0.25;
+        });
       }
       for (int topk : {4, 16, 32, 33}) {
         SCOPED_TRACE("order " + std::to_string(static_cast<int>(order)) + ", topk " +
                      std::to_string(topk) + (wide ? ", wide table" : ", narrow table"));
         b.spec.params.topk = topk;
         b.oracle_in.topk = topk;
-        upload_all(b);
-        ASSERT_TRUE(run_batch(b, b.topk_out.view(), Stream()).ok());
-        b.topk_out.download();
-        b.flags.download();
-        EXPECT_EQ(b.flags.get_flat(0), 0.0);
-        expect_rows(b.oracle_in, b.topk_out, 0, b.rows, true, [&](int64_t h, int64_t t) {
-          return oracle::index_topk_row(b.oracle_in, t, h);
-        });
+        run_and_check_rows(b);
       }
     }
   }
@@ -681,27 +687,8 @@ TEST(IndexTopk, SelectionOverWiderTables) {
       s.table_cols = cols;
       s.seed = 60 + static_cast<uint64_t>(cols);
       Batch b = make_batch(s, test_device());
-      if (rising) {
-        for (int64_t i = 0; i < b.index_q.numel(); ++i) b.index_q.set_flat(i, 0.5);
-        b.oracle_in.index_q.assign(b.oracle_in.index_q.size(), 0.5);
-        const int64_t page_elems = s.block_size * s.head_dim;
-        for (size_t r = 0; r < s.seq_lens.size(); ++r) {
-          for (int64_t blk = 0; blk < ceil_div(s.seq_lens[r], s.block_size); ++blk) {
-            const int64_t page = b.oracle_in.block_table[r * b.oracle_in.max_blocks + blk];
-            for (int64_t i = page * page_elems; i < (page + 1) * page_elems; ++i) {
-              b.index_cache.set_flat(i, blk / 2048.0 - 0.25);
-              b.oracle_in.index_cache[i] = b.index_cache.get_flat(i);
-            }
-          }
-        }
-      }
-      upload_all(b);
-      ASSERT_TRUE(run_batch(b, b.topk_out.view(), Stream()).ok());
-      b.topk_out.download();
-      b.flags.download();
-      EXPECT_EQ(b.flags.get_flat(0), 0.0);
-      expect_rows(b.oracle_in, b.topk_out, 0, b.rows, true,
-                  [&](int64_t h, int64_t t) { return oracle::index_topk_row(b.oracle_in, t, h); });
+      if (rising) set_block_values(b, [](int64_t blk) { return blk / 2048.0 - 0.25; });
+      run_and_check_rows(b);
     }
   }
 }
