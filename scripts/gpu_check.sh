@@ -22,6 +22,10 @@ JOBS=${JOBS:-$(nproc)}
 # lanes skip) then fails its stage instead of taking the whole device call and its logs with it.
 # All of them together, with the engine run, took ~330 s on the H200 at 6569654.
 STAGE_TIMEOUT=${STAGE_TIMEOUT:-300}
+if ! [[ "$STAGE_TIMEOUT" =~ ^[1-9][0-9]*$ ]]; then
+  echo "gpu_check.sh: STAGE_TIMEOUT must be a positive number of seconds, got '$STAGE_TIMEOUT'" >&2
+  exit 2
+fi
 STAGES=("$@")
 [ ${#STAGES[@]} -eq 0 ] && STAGES=(build test sanitize sass)
 declare -a SUMMARY=()
