@@ -13,7 +13,9 @@
 // instances the default cases do not reach: over e4m3 keys at head dim 64 (index_d64), with bf16
 // queries (index_qbf16) and both (index_d64_qbf16); over bf16 keys at head dims 192 and 256
 // (index_d192, index_d256). The optional triple keeps only the cases of that shape (both dtypes,
-// uniform and ragged), e.g. to profile one of them with ncu.
+// uniform and ragged), e.g. to profile one of them with ncu. MSA_AB_WARM_CODE=1 replays an
+// identical problem on other buffers between the flush and each timed replay (see
+// warm_code_mode).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -120,27 +122,45 @@ uint64_t fnv(const void* data, size_t bytes) {
   return h;
 }
 
-// Runs `op` once (its output hashed by `hash`), then captures it in a graph and times kReplays
-// replays after a flush each; prints the line.
-bool time_op(const char* name, const Case& c, cudaStream_t s, const Flush& fl,
-             const std::function<bool()>& op, const std::function<bool(uint64_t*)>& hash) {
-  if (!op()) return false;
-  AB_CHECK(cudaStreamSynchronize(s));
-  uint64_t h = 0;
-  if (!hash(&h)) return false;
+// MSA_AB_WARM_CODE=1: each timed replay follows the flush and one replay of an identical
+// problem on other buffers, so the kernels' code, and whatever else the two share, is in the
+// caches while the timed problem's own data are not (a probe of what the cold start costs).
+bool warm_code_mode() {
+  const char* v = std::getenv("MSA_AB_WARM_CODE");
+  return v != nullptr && std::string(v) == "1";
+}
+
+// Captures `op` in a graph (instantiated into *exec).
+bool capture(cudaStream_t s, const std::function<bool()>& op, cudaGraphExec_t* exec) {
   cudaGraph_t graph;
-  cudaGraphExec_t exec;
   AB_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
   const bool captured = op();
   AB_CHECK(cudaStreamEndCapture(s, &graph));
   if (!captured) return false;
-  AB_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  AB_CHECK(cudaGraphInstantiate(exec, graph, 0));
+  AB_CHECK(cudaGraphDestroy(graph));
+  return true;
+}
+
+// Runs `op` once (its output hashed by `hash`), then captures it in a graph and times kReplays
+// replays after a flush each (and a replay of `warm`, when given); prints the line.
+bool time_op(const char* name, const Case& c, cudaStream_t s, const Flush& fl,
+             const std::function<bool()>& op, const std::function<bool(uint64_t*)>& hash,
+             const std::function<bool()>* warm) {
+  if (!op()) return false;
+  AB_CHECK(cudaStreamSynchronize(s));
+  uint64_t h = 0;
+  if (!hash(&h)) return false;
+  cudaGraphExec_t exec, warm_exec = nullptr;
+  if (!capture(s, op, &exec)) return false;
+  if (warm != nullptr && !capture(s, *warm, &warm_exec)) return false;
   cudaEvent_t e0, e1;
   AB_CHECK(cudaEventCreate(&e0));
   AB_CHECK(cudaEventCreate(&e1));
   std::vector<float> us;
   for (int it = 0; it < kReplays; ++it) {
     flush_read<<<1056, 256, 0, s>>>(fl.buf, fl.n, fl.sink);
+    if (warm_exec != nullptr) AB_CHECK(cudaGraphLaunch(warm_exec, s));
     AB_CHECK(cudaEventRecord(e0, s));
     AB_CHECK(cudaGraphLaunch(exec, s));
     AB_CHECK(cudaEventRecord(e1, s));
@@ -150,13 +170,14 @@ bool time_op(const char* name, const Case& c, cudaStream_t s, const Flush& fl,
     if (it >= kWarmup) us.push_back(ms * 1000.0f);
   }
   std::sort(us.begin(), us.end());
-  std::printf("%s ctx %6d B %2d q%d %s %s: median %7.1f us (min %7.1f) hash %016llx\n", name, c.ctx,
-              c.batch, c.qlen, c.fp8 ? "fp8 " : "bf16", c.ragged ? "ragged" : "uniform",
-              us[us.size() / 2], us[0], static_cast<unsigned long long>(h));
+  std::printf("%s%s ctx %6d B %2d q%d %s %s: median %7.1f us (min %7.1f) hash %016llx\n", name,
+              warm_exec != nullptr ? "_warmcode" : "", c.ctx, c.batch, c.qlen,
+              c.fp8 ? "fp8 " : "bf16", c.ragged ? "ragged" : "uniform", us[us.size() / 2], us[0],
+              static_cast<unsigned long long>(h));
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  if (warm_exec != nullptr) cudaGraphExecDestroy(warm_exec);
   return true;
 }
 
@@ -178,7 +199,10 @@ void batch_metadata(const Case& c, int pool, std::vector<int32_t>* table,
   }
 }
 
-bool run_index(const Case& c, cudaStream_t s, const Flush& fl) {
+// Each run_* builds one problem; in MSA_AB_WARM_CODE mode the first builds a second, identical one
+// (its own buffers) and times it with its own op as the warm-up.
+bool run_index(const Case& c, cudaStream_t s, const Flush& fl,
+               const std::function<bool()>* warm = nullptr) {
   const int nb = c.ctx / kBlock, T = c.batch * c.qlen, pool = c.batch * nb + 8, di = c.dim;
   const size_t es = c.fp8 ? 1 : 2;
   const msa::DType dt = c.fp8 ? msa::DType::kE4M3 : msa::DType::kBF16;
@@ -230,10 +254,15 @@ bool run_index(const Case& c, cudaStream_t s, const Flush& fl) {
   const std::string name = std::string("index") +
                            (di != kDim ? "_d" + std::to_string(di) : std::string()) +
                            (c.q_bf16 ? "_qbf16" : "");
-  return time_op(name.c_str(), c, s, fl, op, hash);
+  if (warm == nullptr && warm_code_mode()) {
+    const std::function<bool()> warm_op = op;
+    return run_index(c, s, fl, &warm_op);
+  }
+  return time_op(name.c_str(), c, s, fl, op, hash, warm);
 }
 
-bool run_attention(const Case& c, cudaStream_t s, const Flush& fl) {
+bool run_attention(const Case& c, cudaStream_t s, const Flush& fl,
+                   const std::function<bool()>* warm = nullptr) {
   const int nb = c.ctx / kBlock, T = c.batch * c.qlen, pool = c.batch * nb + 8;
   const size_t es = c.fp8 ? 1 : 2;
   const size_t cache_elems = static_cast<size_t>(pool) * kBlock * kDim;
@@ -317,14 +346,19 @@ bool run_attention(const Case& c, cudaStream_t s, const Flush& fl) {
     *h = fnv(host.data(), host.size());
     return true;
   };
-  return time_op("attention", c, s, fl, op, hash);
+  if (warm == nullptr && warm_code_mode()) {
+    const std::function<bool()> warm_op = op;
+    return run_attention(c, s, fl, &warm_op);
+  }
+  return time_op("attention", c, s, fl, op, hash, warm);
 }
 
 // One sparse layer's decode step as decode_bench.py runs it: the fused insert (norms, RoPE, K/V
 // and index-key insert of the new rows, sparse mode), the index top-k op and the sparse
 // attention op, captured in one graph; the hash is of the attention output. fp8: e4m3 K/V with
 // a per-layer scale and e4m3 index keys and queries.
-bool run_step(const Case& c, cudaStream_t s, const Flush& fl) {
+bool run_step(const Case& c, cudaStream_t s, const Flush& fl,
+              const std::function<bool()>* warm = nullptr) {
   constexpr int kRotary = 64, kWidth = (kQHeads + 2 + 1) * kDim + kDim;  // q | k | v | iq | ik
   const int nb = c.ctx / kBlock, T = c.batch * c.qlen, pool = c.batch * nb + 8;
   const size_t es = c.fp8 ? 1 : 2;
@@ -439,7 +473,11 @@ bool run_step(const Case& c, cudaStream_t s, const Flush& fl) {
     *h = fnv(host.data(), host.size());
     return true;
   };
-  return time_op("step", c, s, fl, op, hash);
+  if (warm == nullptr && warm_code_mode()) {
+    const std::function<bool()> warm_op = op;
+    return run_step(c, s, fl, &warm_op);
+  }
+  return time_op("step", c, s, fl, op, hash, warm);
 }
 
 // Index cases: batch 1-64 over 8K-512K, uniform and (where lengths can differ) ragged, both

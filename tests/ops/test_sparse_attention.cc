@@ -105,6 +105,16 @@ std::vector<NamedSpec> decode_specs() {
     s.seed = 7;
     v.push_back({"LongContext64K", s});
   }
+  {
+    // Contexts just past and just below 128K tokens (1027 and 1024 blocks: tables wider than
+    // 1024 columns) with speculative rows, beside a short one.
+    BatchSpec s;
+    s.query_len = 2;
+    s.seq_lens = {131072 + 300, 4000, 131072 - 5};
+    s.shared_pages = true;
+    s.seed = 8;
+    v.push_back({"LongContext128KTwoRows", s});
+  }
   return v;
 }
 
