@@ -166,13 +166,24 @@ ScoreKernel simt_score_kernel(int upl) {
 
 using ClusterScoreKernel = void (*)(IndexScoreParams, IndexSelectParams);
 
+// A balanced-grid scorer instance and the dynamic shared memory it is launched with.
+struct BalancedScorer {
+  ScoreKernel kernel;
+  size_t smem;
+};
+template <typename CacheT, int CH, bool kF16, int kNTiles, int kM>
+BalancedScorer balanced_instance() {
+  return {index_score_mma_balanced_kernel<CacheT, CH, kF16, kNTiles, kM>,
+          balanced_dynamic_smem<CacheT, CH, kM>()};
+}
+
 // One tensor-core scorer instance of the grid mapping kGrid.
 template <typename CacheT, int CH, bool kF16, ScoreGrid kGrid, int kNTiles>
 auto mma_instance() {
   if constexpr (kGrid == ScoreGrid::kClusterSelect) {
     return index_score_mma_cluster_kernel<CacheT, CH, kF16, kNTiles>;
   } else if constexpr (kGrid == ScoreGrid::kBalanced) {
-    return index_score_mma_balanced_kernel<CacheT, CH, kF16, kNTiles, 1>;
+    return balanced_instance<CacheT, CH, kF16, kNTiles, 1>();
   } else {
     return index_score_mma_kernel<CacheT, CH, kF16, kNTiles>;
   }
@@ -254,20 +265,14 @@ ScoreKernel wide_tile_static_kernel(const IndexProblem& pb) {
 }
 
 // The balanced-grid scorer of a wide_key_tiles problem.
-ScoreKernel wide_tile_balanced_kernel(const IndexProblem& pb) {
+BalancedScorer wide_tile_balanced_scorer(const IndexProblem& pb) {
   const bool f16 = pb.index_q.dtype == DType::kE4M3;
   if (pb.head_dim() == 64) {
-    return f16 ? index_score_mma_balanced_kernel<uint8_t, 1, true, 1, 2>
-               : index_score_mma_balanced_kernel<uint8_t, 1, false, 1, 2>;
+    return f16 ? balanced_instance<uint8_t, 1, true, 1, 2>()
+               : balanced_instance<uint8_t, 1, false, 1, 2>();
   }
-  return f16 ? index_score_mma_balanced_kernel<uint8_t, 2, true, 1, 2>
-             : index_score_mma_balanced_kernel<uint8_t, 2, false, 1, 2>;
-}
-
-// Dynamic shared memory of balanced_score_kernel(pb): the key ring of the 32-key instances at
-// head dim 64 (the instances whose score_mma has kKeyRing; the two rules must agree).
-size_t balanced_smem_bytes(const IndexProblem& pb) {
-  return wide_key_tiles(pb) && pb.head_dim() == 64 ? key_ring_bytes<1, 2>() : 0;
+  return f16 ? balanced_instance<uint8_t, 2, true, 1, 2>()
+             : balanced_instance<uint8_t, 2, false, 1, 2>();
 }
 
 // Whether a decode problem may run the balanced grid (query_launch_info): e4m3 keys up to head
@@ -281,12 +286,12 @@ bool has_balanced_grid(const IndexProblem& pb) {
 }
 
 // The balanced-grid scorer of a decode problem that has_balanced_grid.
-ScoreKernel balanced_score_kernel(const IndexProblem& pb) {
+BalancedScorer balanced_scorer(const IndexProblem& pb) {
   if (pb.index_cache.dtype == DType::kBF16) {
-    return pb.head_dim() == 64 ? index_score_mma_balanced_kernel<__nv_bfloat16, 1, false, 1, 1>
-                               : index_score_mma_balanced_kernel<__nv_bfloat16, 2, false, 1, 1>;
+    return pb.head_dim() == 64 ? balanced_instance<__nv_bfloat16, 1, false, 1, 1>()
+                               : balanced_instance<__nv_bfloat16, 2, false, 1, 1>();
   }
-  if (wide_key_tiles(pb)) return wide_tile_balanced_kernel(pb);
+  if (wide_key_tiles(pb)) return wide_tile_balanced_scorer(pb);
   return pb.index_q.dtype == DType::kE4M3
              ? mma_for_problem<uint8_t, true, ScoreGrid::kBalanced>(pb)
              : mma_for_problem<uint8_t, false, ScoreGrid::kBalanced>(pb);
@@ -354,13 +359,12 @@ ScoreLaunchInfo query_launch_info(const IndexProblem& pb) {
       // Above the default 48 KB a kernel's dynamic shared memory needs the opt-in attribute
       // (per device: launch_info caches this per device). Should it fail, the occupancy query
       // below fails too and the launch reports the error.
-      const size_t smem = balanced_smem_bytes(pb);
-      if (smem > 0) {
-        (void)cudaFuncSetAttribute(balanced_score_kernel(pb),
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(smem));
+      const BalancedScorer scorer = balanced_scorer(pb);
+      if (scorer.smem > 0) {
+        (void)cudaFuncSetAttribute(scorer.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(scorer.smem));
       }
-      info.balanced_ctas_per_sm = resident_ctas_per_sm(balanced_score_kernel(pb), smem);
+      info.balanced_ctas_per_sm = resident_ctas_per_sm(scorer.kernel, scorer.smem);
     }
     if (static_wide_key_tiles(pb)) {
       info.static_wide_ctas_per_sm = resident_ctas_per_sm(wide_tile_static_kernel(pb));
@@ -462,10 +466,10 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
     const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(plan.chunks));
     const char* name = uses_tensor_cores(pb) ? "index_score_mma_kernel" : "index_score_kernel";
     if (plan.balanced_ctas > 0) {
-      MSA_RETURN_IF_ERROR(
-          launch_kernel("index_score_mma_balanced_kernel", balanced_score_kernel(pb),
-                        dim3(1, static_cast<unsigned>(plan.balanced_ctas)), dim3(kScoreThreads),
-                        balanced_smem_bytes(pb), cuda_stream, prm));
+      const BalancedScorer scorer = balanced_scorer(pb);
+      MSA_RETURN_IF_ERROR(launch_kernel("index_score_mma_balanced_kernel", scorer.kernel,
+                                        dim3(1, static_cast<unsigned>(plan.balanced_ctas)),
+                                        dim3(kScoreThreads), scorer.smem, cuda_stream, prm));
     } else if (plan.cluster_select) {
       return launch_kernel_clustered("index_score_mma_cluster_kernel", cluster_score_kernel(pb),
                                      grid, dim3(kScoreThreads), 0, cuda_stream, dim3(1, grid.y, 1),

@@ -753,6 +753,17 @@ template <int CH, int kM>
 constexpr size_t key_ring_bytes() {
   return sizeof(uint4) * 32 * kScoreWarps * kKeyRingStages * key_ring_words<CH, kM>();
 }
+// Whether a scorer instance streams its keys through the key ring: the 32-key e4m3 balanced
+// instances at head dim 64. score_mma and the launcher's shared-memory size both follow it.
+template <typename CacheT, int CH, ScoreGrid kGrid, int kM>
+constexpr bool uses_key_ring() {
+  return std::is_same_v<CacheT, uint8_t> && kGrid == ScoreGrid::kBalanced && kM == 2 && CH == 1;
+}
+// Dynamic shared memory of the balanced-grid scorer instance <CacheT, CH, kM>.
+template <typename CacheT, int CH, int kM>
+constexpr size_t balanced_dynamic_smem() {
+  return uses_key_ring<CacheT, CH, ScoreGrid::kBalanced, kM>() ? key_ring_bytes<CH, kM>() : 0;
+}
 
 __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* global_src) {
   const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
@@ -899,10 +910,7 @@ template <typename CacheT, int CH, bool kF16, ScoreGrid kGrid, int kNTiles, int 
 __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
                                           const IndexSelectParams* sel) {
   constexpr bool kClusterSelect = kGrid == ScoreGrid::kClusterSelect;
-  // The 32-key e4m3 balanced instances at head dim 64 stream through the shared-memory key ring
-  // (key_ring_bytes).
-  constexpr bool kKeyRing =
-      std::is_same_v<CacheT, uint8_t> && kGrid == ScoreGrid::kBalanced && kM == 2 && CH == 1;
+  constexpr bool kKeyRing = uses_key_ring<CacheT, CH, kGrid, kM>();
   static_assert(!kF16 || std::is_same_v<CacheT, uint8_t>, "the f16 path is for e4m3 keys");
   static_assert(kNTiles >= 1 && kNTiles * 8 <= kMaxScoreRowHeads, "n-tiles per segment");
   using Load = MmaKeyLoad<CacheT>;
