@@ -181,12 +181,23 @@ void TestTensor::set(const std::vector<int64_t>& idx, double v) {
   store(dtype_, host_.data() + storage_offset(idx) * dtype_size(dtype_), v);
 }
 
-double TestTensor::get_flat(int64_t i) const {
-  return load(dtype_, host_.data() + flat_to_storage(i) * dtype_size(dtype_));
+double TestTensor::get_flat(int64_t i) const { return load_at(flat_to_storage(i)); }
+
+void TestTensor::set_flat(int64_t i, double v) { store_at(flat_to_storage(i), v); }
+
+double TestTensor::load_at(int64_t off) const {
+  return load(dtype_, host_.data() + off * dtype_size(dtype_));
 }
 
-void TestTensor::set_flat(int64_t i, double v) {
-  store(dtype_, host_.data() + flat_to_storage(i) * dtype_size(dtype_), v);
+void TestTensor::store_at(int64_t off, double v) {
+  store(dtype_, host_.data() + off * dtype_size(dtype_), v);
+}
+
+std::vector<double> TestTensor::values() const {
+  std::vector<double> out;
+  out.reserve(static_cast<size_t>(numel()));
+  for_each_offset([&](int64_t off) { out.push_back(load_at(off)); });
+  return out;
 }
 
 void TestTensor::upload() { copy_to_device(device_, dev_, host_.data(), host_.size()); }
@@ -197,8 +208,7 @@ void TestTensor::poison_device() { device_memset(device_, dev_, 0xFF, host_.size
 
 void TestTensor::fill_uniform(std::mt19937_64& rng, double lo, double hi) {
   std::uniform_real_distribution<double> dist(lo, hi);
-  const int64_t n = numel();
-  for (int64_t i = 0; i < n; ++i) set_flat(i, dist(rng));
+  generate([&] { return dist(rng); });
 }
 
 void TestTensor::fill_bytes(uint8_t b) { std::memset(host_.data(), b, host_.size()); }

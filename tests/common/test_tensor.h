@@ -50,6 +50,13 @@ class TestTensor {
   // Flat logical (row-major over shape) index access.
   double get_flat(int64_t i) const;
   void set_flat(int64_t i, double v);
+  // Every element in flat order, as doubles (one pass over the layout; no per-element index).
+  std::vector<double> values() const;
+  // Sets every element, in flat order, to the next value of next() (called once per element).
+  template <typename Next>
+  void generate(Next&& next) {
+    for_each_offset([&](int64_t off) { store_at(off, next()); });
+  }
   // Raw host storage bytes (for bitwise comparison and exact-bit setting).
   std::vector<uint8_t>& host_bytes() { return host_; }
   const std::vector<uint8_t>& host_bytes() const { return host_; }
@@ -64,6 +71,27 @@ class TestTensor {
   void fill_bytes(uint8_t b);
 
  private:
+  // Calls f(storage offset) for every element in flat order, stepping the offset like an
+  // odometer: tests fill and copy caches of millions of elements, where a division chain or an
+  // index vector per element dominated their run time.
+  template <typename F>
+  void for_each_offset(F&& f) const {
+    const int64_t n = numel();
+    const size_t rank = shape_.size();
+    std::vector<int64_t> idx(rank, 0);
+    int64_t off = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      f(off);
+      for (size_t k = rank; k-- > 0;) {
+        off += strides_[k];
+        if (++idx[k] < shape_[k]) break;
+        off -= strides_[k] * shape_[k];
+        idx[k] = 0;
+      }
+    }
+  }
+  double load_at(int64_t off) const;
+  void store_at(int64_t off, double v);
   int64_t storage_offset(const std::vector<int64_t>& idx) const;
   int64_t flat_to_storage(int64_t i) const;
   void release();

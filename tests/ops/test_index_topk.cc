@@ -97,7 +97,7 @@ void fill_values(TestTensor& t, std::mt19937_64& rng, bool exact) {
     return;
   }
   std::uniform_int_distribution<int> eighths(-8, 8);
-  for (int64_t i = 0; i < t.numel(); ++i) t.set_flat(i, eighths(rng) / 8.0);
+  t.generate([&] { return eighths(rng) / 8.0; });
 }
 
 Batch make_batch(const BatchSpec& spec, const Device& device) {
@@ -178,13 +178,8 @@ Batch make_batch(const BatchSpec& spec, const Device& device) {
     o.row_position = decode_positions(spec.seq_lens, spec.query_len);
     for (int64_t t = 0; t < b.rows; ++t) o.row_request.push_back(t / spec.query_len);
   }
-  for (int64_t t = 0; t < b.rows; ++t)
-    for (int64_t h = 0; h < spec.heads; ++h)
-      for (int64_t d = 0; d < spec.head_dim; ++d) o.index_q.push_back(b.index_q.get({t, h, d}));
-  for (int64_t blk = 0; blk < num_blocks; ++blk)
-    for (int64_t k = 0; k < bs; ++k)
-      for (int64_t d = 0; d < spec.head_dim; ++d)
-        o.index_cache.push_back(b.index_cache.get({blk, k, d}));
+  o.index_q = b.index_q.values();          // row-major [rows, heads, head_dim]
+  o.index_cache = b.index_cache.values();  // row-major [blocks, bs, head_dim]
   return b;
 }
 
