@@ -194,9 +194,9 @@ void TestTensor::store_at(int64_t off, double v) {
 }
 
 std::vector<double> TestTensor::values() const {
-  std::vector<double> out;
-  out.reserve(static_cast<size_t>(numel()));
-  for_each_offset([&](int64_t off) { out.push_back(load_at(off)); });
+  std::vector<double> out(static_cast<size_t>(numel()));
+  size_t i = 0;
+  for_each_offset([&](int64_t off) { out[i++] = load_at(off); });
   return out;
 }
 
