@@ -31,6 +31,10 @@ STAGES=("$@")
 declare -a SUMMARY=()
 record() { SUMMARY+=("$(printf '%-10s %-6s %s' "$1" "$2" "$3")"); }
 has_stage() { local s; for s in "${STAGES[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+# Whether exit status $1 is timeout's (124: the limit; 137: killed after the -k grace period).
+timed_out() { [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; }
+# The last test a gtest log $1 started (the one running when a stage timed out).
+last_test() { grep -E '^\[ RUN' "$1" | tail -1 | sed 's/^\[ RUN *\] //'; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv \
   >"$OUT/gpu.txt" 2>&1 || true
@@ -57,18 +61,23 @@ if has_stage test && [ -x "$TEST_BIN" ]; then
   rc=$?
   line=$(grep -E '^\[  (PASSED|FAILED) ' "$OUT/cuda_tests.log" | tr '\n' ' ')
   skipped=$(grep -cE '^\[  SKIPPED \]' "$OUT/cuda_tests.log")
-  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-    record cuda-tests FAIL "timed out after $STAGE_TIMEOUT s in $(grep -E '^\[ RUN' \
-      "$OUT/cuda_tests.log" | tail -1 | sed 's/^\[ RUN *\] //')"
+  if timed_out $rc; then
+    record cuda-tests FAIL "timed out after $STAGE_TIMEOUT s in $(last_test "$OUT/cuda_tests.log")"
   elif [ $rc -eq 0 ]; then
     record cuda-tests ok "$line skipped-lines=$skipped"
   else
     record cuda-tests FAIL "$line"
   fi
   grep -E '^\[  FAILED  \]' "$OUT/cuda_tests.log" | head -30
-  timeout -k 10 "$STAGE_TIMEOUT" "$BUILD_DIR/tests/msa_tests_cpu" >"$OUT/cpu_tests.log" 2>&1 &&
-    record cpu-tests ok "$(grep -E '^\[  PASSED' "$OUT/cpu_tests.log")" ||
+  timeout -k 10 "$STAGE_TIMEOUT" "$BUILD_DIR/tests/msa_tests_cpu" >"$OUT/cpu_tests.log" 2>&1
+  rc=$?
+  if timed_out $rc; then
+    record cpu-tests FAIL "timed out after $STAGE_TIMEOUT s in $(last_test "$OUT/cpu_tests.log")"
+  elif [ $rc -eq 0 ]; then
+    record cpu-tests ok "$(grep -E '^\[  PASSED' "$OUT/cpu_tests.log")"
+  else
     record cpu-tests FAIL "$(grep -E '^\[  FAILED' "$OUT/cpu_tests.log" | head -3 | tr '\n' ' ')"
+  fi
 fi
 
 # Reduced case set for the sanitizers: the graph, misc and shared op suites minus the longest
@@ -82,8 +91,8 @@ if has_stage sanitize && [ -x "$TEST_BIN" ]; then
     summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)
     # Exit code 99 is the sanitizer's own finding, 124 or 137 the time limit; other non-zero
     # codes are test failures, which the test stage reports.
-    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-      record "$tool" FAIL "timed out after $STAGE_TIMEOUT s"
+    if timed_out $rc; then
+      record "$tool" FAIL "timed out after $STAGE_TIMEOUT s in $(last_test "$OUT/sanitize_$tool.log")"
     elif [ $rc -ne 99 ]; then
       record "$tool" ok "$summary (tests rc=$rc)"
     else
