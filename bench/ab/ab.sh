@@ -4,7 +4,8 @@
 #   bench/ab/ab.sh snapshot DIR REV FILE...   copy FILE... as of git revision REV into DIR (kept
 #                                             at their repository paths): a variant folder
 #   bench/ab/ab.sh run OPS VARIANT...         OPS: all, or a comma-separated list of index,
-#                                             index-shapes, attention and step (op_ab.cu).
+#                                             index-shapes, attention, attention-layer and
+#                                             step (op_ab.cu).
 #                                             Each VARIANT is a
 #                                             folder of files overlaid on a copy of this tree,
 #                                             or "tree" for the tree as it is. Builds libmsa and

@@ -12,7 +12,9 @@
 // attention, step and index-shapes. index-shapes (not in all) times the index op at the scorer
 // instances the default cases do not reach: over e4m3 keys at head dim 64 (index_d64), with bf16
 // queries (index_qbf16) and both (index_d64_qbf16); over bf16 keys at head dims 192 and 256
-// (index_d192, index_d256). The optional triple keeps only the cases of that shape (both dtypes,
+// (index_d192, index_d256). attention-layer (not in all) times the attention op's fp8 cases with
+// a per-layer scale of 1/16 (as decode_bench.py and the step use; the attention cases use
+// per-token-head scales). The optional triple keeps only the cases of that shape (both dtypes,
 // uniform and ragged), e.g. to profile one of them with ncu. MSA_AB_WARM_CODE=1 replays an
 // identical problem on other buffers between the flush and each timed replay (see
 // warm_code_mode).
@@ -91,8 +93,9 @@ __global__ void fill_f32(float* p, size_t n, float v) {
 struct Case {
   int ctx, batch, qlen;
   bool fp8, ragged;
-  int dim = kDim;       // index head dim (the index op only)
-  bool q_bf16 = false;  // bf16 index queries over fp8 keys (the index op only)
+  int dim = kDim;            // index head dim (the index op only)
+  bool q_bf16 = false;       // bf16 index queries over fp8 keys (the index op only)
+  bool layer_scale = false;  // fp8 K/V with a per-layer scale (the attention op only)
 };
 
 // Device buffers of one case, freed on scope exit.
@@ -285,8 +288,8 @@ bool run_attention(const Case& c, cudaStream_t s, const Flush& fl,
   fill<<<1024, 256>>>(v, cache_elems, 2, c.fp8);
   fill<<<64, 256>>>(q, static_cast<size_t>(T) * kQHeads * kDim, 3, false);
   if (c.fp8) {
-    fill_f32<<<256, 256>>>(ks, static_cast<size_t>(pool) * kBlock, 0.05f);
-    fill_f32<<<256, 256>>>(vs, static_cast<size_t>(pool) * kBlock, 0.02f);
+    fill_f32<<<256, 256>>>(ks, static_cast<size_t>(pool) * kBlock, c.layer_scale ? 0.0625f : 0.05f);
+    fill_f32<<<256, 256>>>(vs, static_cast<size_t>(pool) * kBlock, c.layer_scale ? 0.0625f : 0.02f);
   }
   std::vector<int32_t> table, lens;
   batch_metadata(c, pool, &table, &lens);
@@ -315,9 +318,13 @@ bool run_attention(const Case& c, cudaStream_t s, const Flush& fl,
   a.kv_cache.v = msa::make_tensor(v, kd, {pool, 1, kBlock, kDim}, dev);
   if (c.fp8) {
     const msa::Status st =
-        msa::set_kv_scales(&a.kv_cache, msa::KvScaleMode::kPerTokenHead,
-                           msa::make_tensor(ks, msa::DType::kF32, {1, pool * kBlock}, dev),
-                           msa::make_tensor(vs, msa::DType::kF32, {1, pool * kBlock}, dev));
+        c.layer_scale
+            ? msa::set_kv_scales(&a.kv_cache, msa::KvScaleMode::kPerLayer,
+                                 msa::make_tensor(ks, msa::DType::kF32, {1}, dev),
+                                 msa::make_tensor(vs, msa::DType::kF32, {1}, dev))
+            : msa::set_kv_scales(&a.kv_cache, msa::KvScaleMode::kPerTokenHead,
+                                 msa::make_tensor(ks, msa::DType::kF32, {1, pool * kBlock}, dev),
+                                 msa::make_tensor(vs, msa::DType::kF32, {1, pool * kBlock}, dev));
     if (!st.ok()) {
       std::printf("attention: scales: %s\n", st.message().c_str());
       return false;
@@ -350,7 +357,7 @@ bool run_attention(const Case& c, cudaStream_t s, const Flush& fl,
     const std::function<bool()> warm_op = op;
     return run_attention(c, s, fl, &warm_op);
   }
-  return time_op("attention", c, s, fl, op, hash, warm);
+  return time_op(c.layer_scale ? "attention_layer" : "attention", c, s, fl, op, hash, warm);
 }
 
 // One sparse layer's decode step as decode_bench.py runs it: the fused insert (norms, RoPE, K/V
@@ -582,11 +589,22 @@ std::vector<Case> attention_cases() {
   return cases;
 }
 
+// attention-layer: the fp8 attention cases with a per-layer scale.
+std::vector<Case> attention_layer_cases() {
+  std::vector<Case> cases;
+  for (Case c : attention_cases()) {
+    if (!c.fp8) continue;
+    c.layer_scale = true;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   // OPS: "all" or a comma-separated list of known ops; anything else is a usage error.
-  bool index = false, attention = false, step = false, shapes = false;
+  bool index = false, attention = false, step = false, shapes = false, layer = false;
   bool ops_ok = argc == 1 || argc == 2 || argc == 5;
   std::string ops = argc > 1 ? argv[1] : "all";
   for (size_t begin = 0; ops_ok && begin <= ops.size();) {
@@ -602,6 +620,8 @@ int main(int argc, char** argv) {
       step = true;
     } else if (op == "index-shapes") {
       shapes = true;
+    } else if (op == "attention-layer") {
+      layer = true;
     } else {
       ops_ok = false;
     }
@@ -617,12 +637,15 @@ int main(int argc, char** argv) {
   int matching = 0;
   for (const auto& [wanted, cases] :
        {std::make_pair(index, index_cases()), std::make_pair(shapes, index_shape_cases()),
-        std::make_pair(attention, attention_cases()), std::make_pair(step, step_cases())}) {
+        std::make_pair(attention, attention_cases()),
+        std::make_pair(layer, attention_layer_cases()), std::make_pair(step, step_cases())}) {
     if (wanted) matching += static_cast<int>(std::count_if(cases.begin(), cases.end(), selected));
   }
   if (!ops_ok || matching == 0) {
-    std::printf("usage: op_ab [all|index,index-shapes,attention,step] [CTX BATCH QLEN]%s\n",
-                ops_ok ? " (no case of these ops has that shape)" : "");
+    std::printf(
+        "usage: op_ab [all|index,index-shapes,attention,attention-layer,step]"
+        " [CTX BATCH QLEN]%s\n",
+        ops_ok ? " (no case of these ops has that shape)" : "");
     return 2;
   }
   Flush fl;
@@ -647,6 +670,11 @@ int main(int argc, char** argv) {
   }
   if (attention) {
     for (const Case& c : attention_cases()) {
+      if (selected(c) && !run_attention(c, s, fl)) return 1;
+    }
+  }
+  if (layer) {
+    for (const Case& c : attention_layer_cases()) {
       if (selected(c) && !run_attention(c, s, fl)) return 1;
     }
   }

@@ -697,23 +697,8 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t v) {
 }
 
 // e4m3 keys scored against e4m3 queries: both convert exactly to f16 with one instruction per
-// pair (e4m3 -> bf16 takes a detour through f32), and the f16 MMA multiplies them. kHigh picks the
-// word's upper pair, which the conversion reads in place (no shift instruction).
-template <bool kHigh>
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
-  uint32_t r;
-  if constexpr (kHigh) {
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}"
-        : "=r"(r)
-        : "r"(v));
-  } else {
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}"
-        : "=r"(r)
-        : "r"(v));
-  }
-  return r;
-}
-
+// pair (e4m3x2_to_f16x2 in common.cuh; e4m3 -> bf16 takes a detour through f32), and the f16 MMA
+// multiplies them.
 __device__ __forceinline__ void mma_f16_m16n8k16(float* d, const uint32_t* a, uint2 b) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"

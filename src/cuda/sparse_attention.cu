@@ -9,7 +9,8 @@
 // fourth 16-key subtile. The kernel is latency-bound, so it is written for memory-level
 // parallelism: the prologue issues the top-k ids, Q and the row metadata loads together (then
 // the dependent block-table loads), and each warp double-buffers its subtiles in registers, the
-// K, V and scale loads of its next subtile in flight while it computes the current one.
+// K, V and scale loads of its next subtile (next two, for e4m3 K/V on the f16 path) in flight
+// while it computes the current one.
 // Subtiles past the row's position (the tail of its own block, always last in the ascending
 // list) are cut from the range up front instead of being skipped inside the loop.
 //
@@ -35,9 +36,12 @@
 // fixed order), so results are bitwise repeatable.
 //
 // Numerics (documented deviations from the fp32 CPU reference): Q is rounded to the MMA type
-// (bf16, or f16 for an f16 cache), fp8 K/V are dequantised (value * scale) and rounded to bf16,
-// and the probabilities P are rounded to the MMA type before P.V; logits, the online softmax,
-// the accumulators and the merges are fp32.
+// (bf16, or f16 for an f16 cache and for e4m3 K/V without per-token scales, after a power-of-two
+// prescale), and the probabilities P are rounded to the MMA type before P.V. e4m3 K/V with
+// per-token-head scales are dequantised (value * scale) and rounded to bf16; other e4m3 K/V are
+// multiplied as exact f16 and their per-layer scales applied to the fp32 logits and outputs
+// (the same values for power-of-two scales). Logits, the online softmax, the accumulators and
+// the merges are fp32.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -74,15 +78,21 @@ struct AttnProblem {
 using AttnPlan = detail::AttnLaunchPlan;
 static_assert(detail::kAttnWarpsPerCta == kAttnWarps, "policy and kernel agree on warps");
 
-template <typename CacheT, int D, bool kTwoBuffers>
-constexpr auto kKernel = sparse_attention_kernel<CacheT, D, kTwoBuffers>;
+template <typename CacheT, int D, bool kTwoBuffers, bool kE4m3F16 = false>
+constexpr auto kKernel = sparse_attention_kernel<CacheT, D, kTwoBuffers, kE4m3F16>;
 
-// The kernel instance of a call's cache dtype, head dim and merge path: the two-buffer main loop
-// for 16-bit K/V outside clusters, else the copying one (see the kernel's main loop).
+// The kernel instance of a call's cache dtype, head dim, merge path and (e4m3) scale mode: the
+// two-buffer main loop for 16-bit K/V outside clusters, else the copying one (see the kernel's
+// main loop); e4m3 K/V without per-token scales are multiplied as f16 (the kernel's kE4m3F16).
 template <typename CacheT>
-auto kernel_for(int64_t head_dim, bool cluster) {
+auto kernel_for(int64_t head_dim, bool cluster, KvScaleMode scale_mode) {
   if constexpr (sizeof(CacheT) == 2) {
     if (!cluster) return head_dim == 64 ? kKernel<CacheT, 64, true> : kKernel<CacheT, 128, true>;
+  }
+  if constexpr (std::is_same_v<CacheT, uint8_t>) {
+    if (scale_mode != KvScaleMode::kPerTokenHead) {
+      return head_dim == 64 ? kKernel<CacheT, 64, false, true> : kKernel<CacheT, 128, false, true>;
+    }
   }
   return head_dim == 64 ? kKernel<CacheT, 64, false> : kKernel<CacheT, 128, false>;
 }
@@ -100,18 +110,22 @@ detail::AttnClusterLimits query_cluster_limits(Kernel kernel) {
 }
 
 // query_cluster_limits of a call's kernel, cached per device and kernel variant (cache dtype
-// bf16 / f16 / e4m3 x head dim 64 / 128).
+// bf16 / f16 / e4m3 with per-token scales / other e4m3 x head dim 64 / 128).
 detail::AttnClusterLimits cluster_limits(const AttnProblem& pb) {
-  static PerDeviceCache<detail::AttnClusterLimits, 6> cache;
-  const int dtype = pb.kv.k.dtype == DType::kBF16 ? 0 : pb.kv.k.dtype == DType::kF16 ? 1 : 2;
-  return cache.get(2 * dtype + (pb.head_dim() == 64 ? 0 : 1), [&] {
+  static PerDeviceCache<detail::AttnClusterLimits, 8> cache;
+  const KvScaleMode mode = pb.kv.scale_mode;
+  const int variant = pb.kv.k.dtype == DType::kBF16        ? 0
+                      : pb.kv.k.dtype == DType::kF16       ? 1
+                      : mode == KvScaleMode::kPerTokenHead ? 2
+                                                           : 3;
+  return cache.get(2 * variant + (pb.head_dim() == 64 ? 0 : 1), [&] {
     switch (pb.kv.k.dtype) {
       case DType::kBF16:
-        return query_cluster_limits(kernel_for<__nv_bfloat16>(pb.head_dim(), true));
+        return query_cluster_limits(kernel_for<__nv_bfloat16>(pb.head_dim(), true, mode));
       case DType::kF16:
-        return query_cluster_limits(kernel_for<__half>(pb.head_dim(), true));
+        return query_cluster_limits(kernel_for<__half>(pb.head_dim(), true, mode));
       default:
-        return query_cluster_limits(kernel_for<uint8_t>(pb.head_dim(), true));
+        return query_cluster_limits(kernel_for<uint8_t>(pb.head_dim(), true, mode));
     }
   });
 }
@@ -196,7 +210,7 @@ Status check_supported(const AttnProblem& pb) {
 template <typename CacheT>
 Status launch_attention(const SparseAttnParams& prm, int64_t head_dim, dim3 grid,
                         cudaStream_t stream) {
-  const auto kernel = kernel_for<CacheT>(head_dim, prm.cluster);
+  const auto kernel = kernel_for<CacheT>(head_dim, prm.cluster, prm.scale_mode);
   if (!prm.cluster) {
     return launch_kernel("sparse_attention_kernel", kernel, grid, dim3(kAttnThreads), 0, stream,
                          prm);

@@ -10,6 +10,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/launch_policy.h"
 #include "cuda/common.cuh"
@@ -89,8 +90,9 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 }
 
 // 8 cache elements -> 4 words of MMA element pairs (element 2i in the low half of word i).
-// bf16/f16 caches are used as stored (their scale mode is always none); e4m3 is dequantised by
-// its scale and rounded to bf16, the one rounding this backend adds to the K/V values.
+// bf16/f16 caches are used as stored (their scale mode is always none); e4m3 with per-token-head
+// scales is dequantised by its scale and rounded to bf16, the one rounding this backend adds to
+// the K/V values (other e4m3 K/V take e4m3_to_f16_words, exactly).
 __device__ __forceinline__ uint4 to_mma_words(uint4 raw, float) { return raw; }
 
 __device__ __forceinline__ uint4 to_mma_words(uint2 raw, float scale) {
@@ -107,6 +109,22 @@ __device__ __forceinline__ uint4 to_mma_words(uint2 raw, float scale) {
     }
   }
   return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// 8 e4m3 elements -> 4 words of f16 pairs, exact and unscaled (the kernel's kE4m3F16 path).
+__device__ __forceinline__ uint4 e4m3_to_f16_words(uint2 raw) {
+  return make_uint4(e4m3x2_to_f16x2<false>(raw.x), e4m3x2_to_f16x2<true>(raw.x),
+                    e4m3x2_to_f16x2<false>(raw.y), e4m3x2_to_f16x2<true>(raw.y));
+}
+
+// A K or V load's MMA words: exact f16 pairs on the kE4m3F16 path, else to_mma_words.
+template <bool kE4m3F16, typename Raw>
+__device__ __forceinline__ uint4 kv_words(const Raw& raw, float scale) {
+  if constexpr (kE4m3F16) {
+    return e4m3_to_f16_words(raw);
+  } else {
+    return to_mma_words(raw, scale);
+  }
 }
 
 template <bool kHalfMma>
@@ -178,11 +196,22 @@ __device__ __forceinline__ void load_q_items(const SparseAttnParams& prm, int64_
 // of the row's ascending block list; the 4 warps are merged in fixed order at the end.
 //
 // kTwoBuffers selects the form of the register double buffer (see the main loop).
-template <typename CacheT, int D, bool kTwoBuffers>
+//
+// kE4m3F16 (e4m3 K/V without per-token scales): K and V go to f16 exactly, one conversion per
+// element pair, and the MMAs run in f16; the per-layer K scale joins the logit scale and the V
+// scale the output normalisation, where a power of two (1, or the usual calibrated 2^-n) gives
+// the same values as scaling each element and any other scale differs only by fp32 rounding. The
+// other path (bf16 MMA) converts each pair e4m3 -> f16 -> f32, scales and rounds to bf16: six
+// instructions instead of one, which made the e4m3 loop instruction-bound. Q is scaled by a power
+// of two 2^q_exp that puts the CTA's largest |q| in [2^14, 2^15), so f16 holds every bf16 q
+// exactly down to 2^-31 of it (and every f16 q), and the logit scale takes 2^-q_exp back;
+// probabilities are rounded to f16 (bf16 on the other path).
+template <typename CacheT, int D, bool kTwoBuffers, bool kE4m3F16>
 __global__ void __launch_bounds__(kAttnThreads)
     sparse_attention_kernel(const SparseAttnParams prm) {
+  static_assert(!kE4m3F16 || std::is_same_v<CacheT, uint8_t>, "the f16 path is for e4m3 K/V");
   using Raw = typename KvTraits<CacheT>::Raw;
-  constexpr bool kHalfMma = KvTraits<CacheT>::kHalfMma;
+  constexpr bool kHalfMma = KvTraits<CacheT>::kHalfMma || kE4m3F16;
   constexpr int kSteps = D / 16;   // k-steps of QK^T
   constexpr int kChunks = D / 32;  // 8-element K runs per lane per key
   constexpr int kHalves = D / 64;  // 64-column groups of V and O
@@ -197,7 +226,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   __shared__ int32_t s_nsel;
   __shared__ float s_m[kAttnWarps][kAttnHeads];
   __shared__ float s_l[kAttnWarps][kAttnHeads];
-  __shared__ float s_lse[kAttnHeads];  // the CTA's log2-sum-exp per head
+  __shared__ float s_lse[kAttnHeads];   // the CTA's log2-sum-exp per head
+  __shared__ float s_qmax[kAttnWarps];  // kE4m3F16: each warp's largest |q|
   // Per-warp outputs, row h = head: lane (g, c) stores the pair {dim da, dim da + 8} of n-tile n
   // as one float2 at 8n + 2c. The row stride D + 8 puts the 16 lanes of a half-warp on distinct
   // banks (a plain [h][d] layout had a 16-way conflict on these stores).
@@ -256,13 +286,35 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int64_t own = live ? pos / bs : -1;
   // Q goes to shared memory here, while its loads (issued with the top-k and sequence-length
   // ones) are the same round trip: written later it would wait a second one, and holding it in
-  // registers across the block-table lookup lets the compiler sink the loads instead.
+  // registers across the block-table lookup lets the compiler sink the loads instead. On the
+  // kE4m3F16 path its scale needs the whole CTA's largest |q|, so each warp's goes to shared
+  // memory here (which uses the loads just as well) and Q follows after the list's barrier.
+  auto store_q = [&](float q_mul) {
 #pragma unroll
-  for (int it = 0; it < kQItems; ++it) {
-    const int i = tid + it * kAttnThreads;
-    q_frag[i >> 5][i & 31] = make_uint4(
-        pack2<kHalfMma>(qv[it][0][0], qv[it][0][1]), pack2<kHalfMma>(qv[it][1][0], qv[it][1][1]),
-        pack2<kHalfMma>(qv[it][0][2], qv[it][0][3]), pack2<kHalfMma>(qv[it][1][2], qv[it][1][3]));
+    for (int it = 0; it < kQItems; ++it) {
+      const int i = tid + it * kAttnThreads;
+      const auto& v = qv[it];
+      q_frag[i >> 5][i & 31] = make_uint4(pack2<kHalfMma>(v[0][0] * q_mul, v[0][1] * q_mul),
+                                          pack2<kHalfMma>(v[1][0] * q_mul, v[1][1] * q_mul),
+                                          pack2<kHalfMma>(v[0][2] * q_mul, v[0][3] * q_mul),
+                                          pack2<kHalfMma>(v[1][2] * q_mul, v[1][3] * q_mul));
+    }
+  };
+  if constexpr (kE4m3F16) {
+    float mx = 0.0f;  // fmaxf drops NaNs
+#pragma unroll
+    for (int it = 0; it < kQItems; ++it) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) mx = fmaxf(mx, fabsf(qv[it][r][e]));
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
+    if (lane == 0) s_qmax[warp] = mx;
+  } else {
+    store_q(1.0f);
   }
 
   // The row's selection as a set: ids beyond the visible blocks or with a bad page are skipped
@@ -349,6 +401,20 @@ __global__ void __launch_bounds__(kAttnThreads)
 
   __syncthreads();
   const int n_sel = s_nsel;
+  float logit_scale = 0.0f;  // kE4m3F16's; the other paths use prm.scale_log2 as it is
+  if constexpr (kE4m3F16) {
+    float mx = s_qmax[0];
+#pragma unroll
+    for (int w = 1; w < kAttnWarps; ++w) mx = fmaxf(mx, s_qmax[w]);
+    // mx = f 2^e with f in [0.5, 1) -> mx 2^(15 - e) in [2^14, 2^15). Zero or infinite Q keeps
+    // its scale; the cap keeps 2^-q_exp a normal float.
+    int e = 0;
+    frexpf(mx, &e);
+    const int q_exp = mx > 0.0f && mx < INFINITY ? min(15 - e, 100) : 0;
+    store_q(ldexpf(1.0f, q_exp));
+    logit_scale = prm.scale_log2 * k_layer * ldexpf(1.0f, -q_exp);
+    __syncthreads();
+  }
 
   float acc[kOutTiles][4];
 #pragma unroll
@@ -372,7 +438,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   }
   const int sub_begin = split * prm.subtiles_per_split;
   const int sub_end = min(n_valid, sub_begin + prm.subtiles_per_split);
-  const bool per_token = prm.scale_mode == KvScaleMode::kPerTokenHead;
+  const bool per_token = !kE4m3F16 && prm.scale_mode == KvScaleMode::kPerTokenHead;
   const int k_tok = static_cast<int>(prm.k_stride_tok);
   const int v_tok = static_cast<int>(prm.v_stride_tok);
   // This lane's element offsets from a subtile's first key: K rows g and g + 8 at column 8c,
@@ -452,7 +518,7 @@ __global__ void __launch_bounds__(kAttnThreads)
       for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
 #pragma unroll
       for (int t = 0; t < kChunks; ++t) {
-        const uint4 w = to_mma_words(kr[nt][t], ksc[nt]);
+        const uint4 w = kv_words<kE4m3F16>(kr[nt][t], ksc[nt]);
         mma_16816<kHalfMma>(s[nt], q_frag[2 * t][lane], w.x, w.y);
         mma_16816<kHalfMma>(s[nt], q_frag[2 * t + 1][lane], w.z, w.w);
       }
@@ -464,7 +530,7 @@ __global__ void __launch_bounds__(kAttnThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t j = j0 + nt * 8 + 2 * c + (e & 1);
-        s[nt][e] = j <= pos ? s[nt][e] * prm.scale_log2 : -INFINITY;
+        s[nt][e] = j <= pos ? s[nt][e] * (kE4m3F16 ? logit_scale : prm.scale_log2) : -INFINITY;
         mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
       }
     }
@@ -508,7 +574,7 @@ __global__ void __launch_bounds__(kAttnThreads)
       uint32_t vw[4][4];
 #pragma unroll
       for (int q4 = 0; q4 < 4; ++q4) {
-        const uint4 w = to_mma_words(vr[q4][vh], vsc[q4]);
+        const uint4 w = kv_words<kE4m3F16>(vr[q4][vh], vsc[q4]);
         vw[q4][0] = w.x;
         vw[q4][1] = w.y;
         vw[q4][2] = w.z;
@@ -524,14 +590,19 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
   };
   // Register double buffer: the next subtile's loads are in flight while the warp computes the
-  // current one. Two forms, chosen by the launcher from same-call A/B timings
-  // (bench/results/2026-11-30-attn-two-buffers-ab/):
+  // current one. Three forms, chosen by the launcher from same-call A/B timings
+  // (bench/results/2026-11-30-attn-two-buffers-ab/, 2026-11-30-attn-e4m3-f16-ab/):
   //  * two buffers in turn (kTwoBuffers), no copy between them (the copy is ~65 register moves
   //    per subtile): up to 10% faster for 16-bit K/V with 4 rows per request. Its loop body is
   //    twice the code; in the in-cluster calls of small batches (about 2 subtiles per warp) it
   //    made the whole decode step ~1 us slower, though the attention op alone was not slower;
-  //  * one buffer refilled from the next: e4m3 K/V (up to 8% faster than two buffers) and the
-  //    in-cluster calls.
+  //  * one buffer refilled from the next: e4m3 K/V with per-token scales (up to 8% faster than
+  //    two buffers) and the 16-bit in-cluster calls;
+  //  * the same two subtiles ahead: e4m3 K/V on the f16 path (kE4m3F16), whose loop waits on its
+  //    loads rather than its instructions (one subtile ahead it was up to 10% slower than the
+  //    bf16 path it replaced; two ahead, 8K x 64 with 4 rows per request 51.2 -> 41.9 us;
+  //    three ahead, 43.8). Its subtile fragments take 32 registers; a 16-bit one's 64 would not
+  //    leave room for a second.
   int i = sub_begin + warp;
   int li = i / spb, sb = i - li * spb;
   // One subtile: issues the loads of the warp's next subtile into `next`, then computes (li, sb)
@@ -552,6 +623,26 @@ __global__ void __launch_bounds__(kAttnThreads)
       step(ta, tb);
       if (i >= sub_end) break;
       step(tb, ta);
+    }
+  } else if constexpr (kE4m3F16) {
+    Tile cur, next;
+    int li1 = li, sb1 = sb;
+    advance(li1, sb1, kAttnWarps);
+    if (i < sub_end) load_tile(li, sb, cur);
+    if (i + kAttnWarps < sub_end) load_tile(li1, sb1, next);
+    while (i < sub_end) {
+      int li2 = li1, sb2 = sb1;
+      advance(li2, sb2, kAttnWarps);
+      Tile far;
+      if (i + 2 * kAttnWarps < sub_end) load_tile(li2, sb2, far);
+      process(li, sb, cur);
+      cur = next;
+      next = far;
+      i += kAttnWarps;
+      li = li1;
+      sb = sb1;
+      li1 = li2;
+      sb1 = sb2;
     }
   } else {
     Tile cur;
@@ -585,7 +676,8 @@ __global__ void __launch_bounds__(kAttnThreads)
     const float m_use = m_all == -INFINITY ? 0.0f : m_all;
     float l_all = 0.0f;
     for (int w = 0; w < kAttnWarps; ++w) l_all += s_l[w][hh] * exp2f(s_m[w][hh] - m_use);
-    factor[r] = l_all > 0.0f ? exp2f(m_run[r] - m_use) / l_all : 0.0f;
+    // kE4m3F16: the V scale (1 otherwise) applies here, once per output.
+    factor[r] = l_all > 0.0f ? exp2f(m_run[r] - m_use) / l_all * (kE4m3F16 ? v_layer : 1.0f) : 0.0f;
   }
 #pragma unroll
   for (int n = 0; n < kOutTiles; ++n) {

@@ -339,6 +339,25 @@ TEST(CudaConsistency, SparseAttentionDecode128K) {
   check_attention_case(attention_spec(131072, 16, 4, DType::kBF16, 73));
 }
 
+// e4m3 K/V without per-token scales take the kernel's f16 path (scales on the logits and
+// outputs): per-layer scales as the benchmark's (1/16) and not a power of two, and no scale, in
+// the in-cluster (batch 1), merge-kernel (batch 16) and unsplit (batch 64, 4 rows each) plans.
+TEST(CudaConsistency, SparseAttentionDecodeE4m3F16Path) {
+  MSA_REQUIRE_TEST_DEVICE();
+  attn::BatchSpec b1 = attention_spec(8192, 1, 1, DType::kE4M3, 101);
+  b1.scale_mode = KvScaleMode::kPerLayer;
+  b1.layer_k_scale = b1.layer_v_scale = 1.0 / 16;
+  check_attention_case(b1);
+  attn::BatchSpec b16 = attention_spec(32768, 16, 4, DType::kE4M3, 102);
+  b16.scale_mode = KvScaleMode::kPerLayer;
+  b16.layer_k_scale = 0.37;
+  b16.layer_v_scale = 0.011;
+  check_attention_case(b16);
+  attn::BatchSpec b64 = attention_spec(8192, 64, 4, DType::kE4M3, 103);
+  b64.scale_mode = KvScaleMode::kNone;
+  check_attention_case(b64);
+}
+
 // Other TP ranks: TP8 (Hq 8: zero-padded MMA rows) and TP1 (Hq 64, Hkv 4), split layout.
 TEST(CudaConsistency, SparseAttentionDecodeOtherRanks) {
   MSA_REQUIRE_TEST_DEVICE();

@@ -65,10 +65,12 @@ struct CacheSpec {
   DType dtype = DType::kBF16;
   KvScaleMode mode = KvScaleMode::kNone;
   int64_t num_blocks = 0, num_kv_heads = 1, block_size = 128, head_dim = 128;
+  double layer_k_scale = 0.25, layer_v_scale = 0.5;  // per-layer mode
 };
 
 // A main KV cache with random contents (bf16/f16 in [-1, 1), e4m3 stored values in [-4, 4))
-// and scales: per-layer k 0.25, v 0.5; per-token-head random in [0.05, 0.5).
+// and scales: per-layer the spec's (k 0.25, v 0.5 by default); per-token-head random in
+// [0.05, 0.5).
 class KvCacheFixture {
  public:
   KvCacheFixture(const CacheSpec& spec, const Device& device, uint64_t seed) : spec_(spec) {
@@ -94,8 +96,8 @@ class KvCacheFixture {
     if (spec.mode == KvScaleMode::kPerLayer) {
       k_scale_ = TestTensor(DType::kF32, {1}, device);
       v_scale_ = TestTensor(DType::kF32, {1}, device);
-      k_scale_.set_flat(0, 0.25);
-      v_scale_.set_flat(0, 0.5);
+      k_scale_.set_flat(0, spec.layer_k_scale);
+      v_scale_.set_flat(0, spec.layer_v_scale);
     } else if (spec.mode == KvScaleMode::kPerTokenHead) {
       k_scale_ = TestTensor(DType::kF32, {hkv, nb * bs}, device);
       v_scale_ = TestTensor(DType::kF32, {hkv, nb * bs}, device);
@@ -204,7 +206,9 @@ struct BatchSpec {
   Layout layout = Layout::kPacked;
   DType cache_dtype = DType::kBF16;
   KvScaleMode scale_mode = KvScaleMode::kNone;
+  double layer_k_scale = 0.25, layer_v_scale = 0.5;  // per-layer scale values
   DType q_dtype = DType::kBF16, out_dtype = DType::kF32;
+  double q_range = 2.0;  // q uniform in [-q_range, q_range)
   bool with_lse = true;
   float softmax_scale = 0.0f;
   uint64_t seed = 1;
@@ -252,6 +256,8 @@ inline std::unique_ptr<Batch> make_batch(const BatchSpec& spec, const Device& de
   cs.layout = spec.layout;
   cs.dtype = spec.cache_dtype;
   cs.mode = spec.scale_mode;
+  cs.layer_k_scale = spec.layer_k_scale;
+  cs.layer_v_scale = spec.layer_v_scale;
   cs.num_kv_heads = spec.num_kv_heads;
   cs.block_size = bs;
   cs.head_dim = spec.head_dim;
@@ -284,7 +290,7 @@ inline std::unique_ptr<Batch> make_batch(const BatchSpec& spec, const Device& de
 
   std::mt19937_64 q_rng(spec.seed * 4 + 3);
   b->q = TestTensor(spec.q_dtype, {b->rows, spec.num_q_heads, spec.head_dim}, device);
-  b->q.fill_uniform(q_rng, -2.0, 2.0);
+  b->q.fill_uniform(q_rng, -spec.q_range, spec.q_range);
 
   std::mt19937_64 topk_rng(spec.seed * 4 + 4);
   const int64_t k = spec.topk_width, trows = b->topk_rows();

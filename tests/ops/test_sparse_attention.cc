@@ -74,6 +74,42 @@ std::vector<NamedSpec> decode_specs() {
     v.push_back({"Ql4Tp1PackedE4m3PerLayer", s});
   }
   {
+    // e4m3 per-layer scales that are not powers of two (CUDA applies them to the fp32 logits
+    // and outputs instead of to each element), batch 1 and a longer request.
+    BatchSpec s;
+    s.seq_lens = {2049, 700};
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerLayer;
+    s.layer_k_scale = 0.3;
+    s.layer_v_scale = 0.0173;
+    s.seed = 9;
+    v.push_back({"Ql1Tp4E4m3PerLayerOddScales", s});
+  }
+  {
+    // q beyond f16's range (CUDA's f16 MMA path scales q by a power of two first), with a
+    // softmax scale that keeps the logits moderate.
+    BatchSpec s;
+    s.query_len = 2;
+    s.seq_lens = {1500, 300};
+    s.cache_dtype = DType::kE4M3;
+    s.q_range = 2e5;
+    s.softmax_scale = 1e-6f;
+    s.seed = 10;
+    v.push_back({"Ql2E4m3LargeQ", s});
+  }
+  {
+    // q below f16's normal range, f32 q (not rounded to bf16 on the way in).
+    BatchSpec s;
+    s.seq_lens = {2049};
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerLayer;
+    s.q_dtype = DType::kF32;
+    s.q_range = 1e-6;
+    s.softmax_scale = 1e5f;
+    s.seed = 11;
+    v.push_back({"Ql1E4m3TinyQ", s});
+  }
+  {
     BatchSpec s;  // e4m3 per-token-head scales, bf16 output
     s.seq_lens = {2049, 129, 0, 700};
     s.layout = Layout::kSplitNhd;
