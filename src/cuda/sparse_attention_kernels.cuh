@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   // ones) are the same round trip: written later it would wait a second one, and holding it in
   // registers across the block-table lookup lets the compiler sink the loads instead. On the
   // kE4m3F16 path its scale needs the whole CTA's largest |q|, so each warp's goes to shared
-  // memory here (which uses the loads just as well) and Q follows after the list's barrier.
+  // memory here (which uses the loads just as well) and Q follows in scale_q.
   auto store_q = [&](float q_mul) {
 #pragma unroll
     for (int it = 0; it < kQItems; ++it) {
@@ -401,8 +401,11 @@ __global__ void __launch_bounds__(kAttnThreads)
 
   __syncthreads();
   const int n_sel = s_nsel;
-  float logit_scale = 0.0f;  // kE4m3F16's; the other paths use prm.scale_log2 as it is
-  if constexpr (kE4m3F16) {
+  // kE4m3F16: Q's fragments and the logit scale, from the warps' maxima; the main loop calls it
+  // once its first loads are in flight, which then cover the barrier it needs. The other paths
+  // use prm.scale_log2 as it is.
+  float logit_scale = 0.0f;
+  auto scale_q = [&] {
     float mx = s_qmax[0];
 #pragma unroll
     for (int w = 1; w < kAttnWarps; ++w) mx = fmaxf(mx, s_qmax[w]);
@@ -414,7 +417,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     store_q(ldexpf(1.0f, q_exp));
     logit_scale = prm.scale_log2 * k_layer * ldexpf(1.0f, -q_exp);
     __syncthreads();
-  }
+  };
 
   float acc[kOutTiles][4];
 #pragma unroll
@@ -630,6 +633,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     advance(li1, sb1, kAttnWarps);
     if (i < sub_end) load_tile(li, sb, cur);
     if (i + kAttnWarps < sub_end) load_tile(li1, sb1, next);
+    scale_q();
     while (i < sub_end) {
       int li2 = li1, sb2 = sb1;
       advance(li2, sb2, kAttnWarps);
