@@ -86,6 +86,18 @@ std::vector<NamedSpec> decode_specs() {
     v.push_back({"Ql1Tp4E4m3PerLayerOddScales", s});
   }
   {
+    // TP8 heads (zero-padded MMA rows) on e4m3 per-layer scales, speculative rows.
+    BatchSpec s;
+    s.query_len = 4;
+    s.num_q_heads = 8;
+    s.seq_lens = {900, 0, 2050};
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerLayer;
+    s.out_dtype = DType::kBF16;
+    s.seed = 12;
+    v.push_back({"Ql4Tp8E4m3PerLayer", s});
+  }
+  {
     // q beyond f16's range (CUDA's f16 MMA path scales q by a power of two first), with a
     // softmax scale that keeps the logits moderate.
     BatchSpec s;
