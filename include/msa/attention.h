@@ -17,7 +17,7 @@ namespace msa {
 //   lse[t, h]  = ln(sum_j exp(scale * <q[t, h], k_g(j)>))
 // fp8 caches are dequantised (x = float(stored) * scale per the cache's scale mode) before the
 // dot products; how each backend rounds on the way (the CUDA kernels round operands for the
-// tensor cores, and apply a per-layer e4m3 scale to the fp32 logits and outputs instead of to
+// tensor cores, and apply e4m3 scales to fp32 logits, probabilities and outputs instead of to
 // each element) is in docs/numerics.md. Blocks are accumulated in ascending block order. Rows
 // with no keys (padded rows, p < 0: a padded request with seq_len 0, or the leading rows of a
 // decode request shorter than query_len) give out = 0 and lse = -inf.

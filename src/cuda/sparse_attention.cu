@@ -36,12 +36,11 @@
 // fixed order), so results are bitwise repeatable.
 //
 // Numerics (documented deviations from the fp32 CPU reference): Q is rounded to the MMA type
-// (bf16, or f16 for an f16 cache and for e4m3 K/V without per-token scales, after a power-of-two
-// prescale), and the probabilities P are rounded to the MMA type before P.V. e4m3 K/V with
-// per-token-head scales are dequantised (value * scale) and rounded to bf16; other e4m3 K/V are
-// multiplied as exact f16 and their per-layer scales applied to the fp32 logits and outputs
-// (the same values for power-of-two scales). Logits, the online softmax, the accumulators and
-// the merges are fp32.
+// (bf16, or f16 for f16 and e4m3 caches, after a power-of-two prescale for e4m3), and the
+// probabilities P are rounded to the MMA type before P.V. e4m3 K/V are multiplied as exact f16
+// and their scales applied to fp32 values: per-layer ones to the logits and outputs,
+// per-token-head ones to the logits and probabilities (the same values for power-of-two scales).
+// Logits, the online softmax, the accumulators and the merges are fp32.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -78,19 +77,18 @@ struct AttnProblem {
 using AttnPlan = detail::AttnLaunchPlan;
 static_assert(detail::kAttnWarpsPerCta == kAttnWarps, "policy and kernel agree on warps");
 
-template <typename CacheT, int D, bool kTwoBuffers, bool kE4m3F16 = false>
-constexpr auto kKernel = sparse_attention_kernel<CacheT, D, kTwoBuffers, kE4m3F16>;
+template <typename CacheT, int D, bool kTwoBuffers, bool kTokenScales = false>
+constexpr auto kKernel = sparse_attention_kernel<CacheT, D, kTwoBuffers, kTokenScales>;
 
 // The kernel instance of a call's cache dtype, head dim, merge path and (e4m3) scale mode: the
 // two-buffer main loop for 16-bit K/V outside clusters, else the copying one (see the kernel's
-// main loop); e4m3 K/V without per-token scales are multiplied as f16 (the kernel's kE4m3F16).
+// main loop); e4m3 K/V with per-token-head scales take the instance that carries them.
 template <typename CacheT>
 auto kernel_for(int64_t head_dim, bool cluster, KvScaleMode scale_mode) {
   if constexpr (sizeof(CacheT) == 2) {
     if (!cluster) return head_dim == 64 ? kKernel<CacheT, 64, true> : kKernel<CacheT, 128, true>;
-  }
-  if constexpr (std::is_same_v<CacheT, uint8_t>) {
-    if (scale_mode != KvScaleMode::kPerTokenHead) {
+  } else {
+    if (scale_mode == KvScaleMode::kPerTokenHead) {
       return head_dim == 64 ? kKernel<CacheT, 64, false, true> : kKernel<CacheT, 128, false, true>;
     }
   }

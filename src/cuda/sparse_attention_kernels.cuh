@@ -89,42 +89,14 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
-// 8 cache elements -> 4 words of MMA element pairs (element 2i in the low half of word i).
-// bf16/f16 caches are used as stored (their scale mode is always none); e4m3 with per-token-head
-// scales is dequantised by its scale and rounded to bf16, the one rounding this backend adds to
-// the K/V values (other e4m3 K/V take e4m3_to_f16_words, exactly).
-__device__ __forceinline__ uint4 to_mma_words(uint4 raw, float) { return raw; }
+// A K or V load's MMA words (element 2i in the low half of word i): bf16/f16 caches as stored
+// (their scale mode is always none), e4m3 converted to exact f16 pairs, unscaled (the kernel's
+// kE4m3F16 path applies the scales to the logits and probabilities).
+__device__ __forceinline__ uint4 kv_words(uint4 raw) { return raw; }
 
-__device__ __forceinline__ uint4 to_mma_words(uint2 raw, float scale) {
-  uint32_t w[4];
-  const uint32_t in[2] = {raw.x, raw.y};
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
-          static_cast<__nv_fp8x2_storage_t>(in[i] >> (16 * j)), __NV_E4M3);
-      const float2 f = __half22float2(__half2(h));
-      w[2 * i + j] = pack2<false>(f.x * scale, f.y * scale);
-    }
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-// 8 e4m3 elements -> 4 words of f16 pairs, exact and unscaled (the kernel's kE4m3F16 path).
-__device__ __forceinline__ uint4 e4m3_to_f16_words(uint2 raw) {
+__device__ __forceinline__ uint4 kv_words(uint2 raw) {
   return make_uint4(e4m3x2_to_f16x2<false>(raw.x), e4m3x2_to_f16x2<true>(raw.x),
                     e4m3x2_to_f16x2<false>(raw.y), e4m3x2_to_f16x2<true>(raw.y));
-}
-
-// A K or V load's MMA words: exact f16 pairs on the kE4m3F16 path, else to_mma_words.
-template <bool kE4m3F16, typename Raw>
-__device__ __forceinline__ uint4 kv_words(const Raw& raw, float scale) {
-  if constexpr (kE4m3F16) {
-    return e4m3_to_f16_words(raw);
-  } else {
-    return to_mma_words(raw, scale);
-  }
 }
 
 template <bool kHalfMma>
@@ -197,19 +169,24 @@ __device__ __forceinline__ void load_q_items(const SparseAttnParams& prm, int64_
 //
 // kTwoBuffers selects the form of the register double buffer (see the main loop).
 //
-// kE4m3F16 (e4m3 K/V without per-token scales): K and V go to f16 exactly, one conversion per
-// element pair, and the MMAs run in f16; the per-layer K scale joins the logit scale and the V
-// scale the output normalisation, where a power of two (1, or the usual calibrated 2^-n) gives
-// the same values as scaling each element and any other scale differs only by fp32 rounding. The
-// other path (bf16 MMA) converts each pair e4m3 -> f16 -> f32, scales and rounds to bf16: six
+// e4m3 K/V (kE4m3F16): K and V go to f16 exactly, one conversion per element pair, and the MMAs
+// run in f16; scales apply to fp32 values instead of to each element: a per-layer K scale joins
+// the logit scale and its V scale the output normalisation; per-token-head K scales multiply the
+// logits of their keys, and V scales the probabilities, relative to a power of two 2^v_exp of
+// the largest V scale the warp has seen (so the f16 probabilities stay in f16's normal range),
+// which the output normalisation takes back. For power-of-two scales (1, or the usual calibrated
+// 2^-n) that gives the same values as scaling each element; other scales differ by fp32 rounding.
+// The bf16 MMA would need e4m3 -> f16 -> f32, a scale and a rounding to bf16 per pair: six
 // instructions instead of one, which made the e4m3 loop instruction-bound. Q is scaled by a power
 // of two 2^q_exp that puts the CTA's largest |q| in [2^14, 2^15), so f16 holds every bf16 q
 // exactly down to 2^-31 of it (and every f16 q), and the logit scale takes 2^-q_exp back;
-// probabilities are rounded to f16 (bf16 on the other path).
-template <typename CacheT, int D, bool kTwoBuffers, bool kE4m3F16>
+// probabilities are rounded to f16. kTokenScales: the instance for per-token-head scales (e4m3
+// only), whose scale registers the others do not carry.
+template <typename CacheT, int D, bool kTwoBuffers, bool kTokenScales>
 __global__ void __launch_bounds__(kAttnThreads)
     sparse_attention_kernel(const SparseAttnParams prm) {
-  static_assert(!kE4m3F16 || std::is_same_v<CacheT, uint8_t>, "the f16 path is for e4m3 K/V");
+  constexpr bool kE4m3F16 = std::is_same_v<CacheT, uint8_t>;
+  static_assert(kE4m3F16 || !kTokenScales, "only e4m3 caches have scales");
   using Raw = typename KvTraits<CacheT>::Raw;
   constexpr bool kHalfMma = KvTraits<CacheT>::kHalfMma || kE4m3F16;
   constexpr int kSteps = D / 16;   // k-steps of QK^T
@@ -426,7 +403,10 @@ __global__ void __launch_bounds__(kAttnThreads)
     for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
   }
   float m_run[2] = {-INFINITY, -INFINITY};  // rows g and g + 8, log2 domain
-  float l_run[2] = {0.0f, 0.0f};            // this lane's share of the row sums
+  // Per-token-head V scales: the accumulators hold the outputs times 2^-v_exp (see process);
+  // far below any float exponent until the first subtile sets it.
+  int v_exp = -1000;
+  float l_run[2] = {0.0f, 0.0f};  // this lane's share of the row sums
 
   const CacheT* k_all = static_cast<const CacheT*>(prm.k);
   const CacheT* v_all = static_cast<const CacheT*>(prm.v);
@@ -441,7 +421,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   }
   const int sub_begin = split * prm.subtiles_per_split;
   const int sub_end = min(n_valid, sub_begin + prm.subtiles_per_split);
-  const bool per_token = !kE4m3F16 && prm.scale_mode == KvScaleMode::kPerTokenHead;
+  constexpr bool per_token = kTokenScales;
   const int k_tok = static_cast<int>(prm.k_stride_tok);
   const int v_tok = static_cast<int>(prm.v_stride_tok);
   // This lane's element offsets from a subtile's first key: K rows g and g + 8 at column 8c,
@@ -454,11 +434,14 @@ __global__ void __launch_bounds__(kAttnThreads)
   const CacheT* v_head = v_all + kvh * prm.v_stride_head;
 
   // A subtile's raw K/V fragments and scales.
+  // ksc / vsc: per-token-head scales of the lane's score and probability columns, keys
+  // {2c, 2c + 1, 2c + 8, 2c + 9} (q4 = key bit 0 + 2 x key bit 3), which are also the V rows it
+  // loads.
   struct Tile {
     Raw kr[2][kChunks];
     Raw vr[4][kHalves];
-    float ksc[2];
-    float vsc[4];
+    float ksc[per_token ? 4 : 1];
+    float vsc[per_token ? 4 : 1];
   };
   // Subtile (li, sb): the sb-th 16-key subtile of list entry li.
   auto load_tile = [&](int li, int sb, Tile& t) {
@@ -480,19 +463,13 @@ __global__ void __launch_bounds__(kAttnThreads)
         t.vr[q4][vh] = __ldg(reinterpret_cast<const Raw*>(vb + v_lane[q4] + 64 * vh));
       }
     }
-    t.ksc[0] = t.ksc[1] = k_layer;
-    t.vsc[0] = t.vsc[1] = t.vsc[2] = t.vsc[3] = v_layer;
-    if (per_token) {
+    if constexpr (per_token) {
       const int64_t slot0 = page * bs + off;
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        t.ksc[nt] =
-            scale_at(prm.k_scale, prm.ks_stride_head, prm.ks_stride_slot, kvh, slot0 + nt * 8 + g);
-      }
-#pragma unroll
       for (int q4 = 0; q4 < 4; ++q4) {
-        t.vsc[q4] = scale_at(prm.v_scale, prm.vs_stride_head, prm.vs_stride_slot, kvh,
-                             slot0 + 2 * c + (q4 & 1) + 8 * (q4 >> 1));
+        const int64_t slot = slot0 + 2 * c + (q4 & 1) + 8 * (q4 >> 1);
+        t.ksc[q4] = scale_at(prm.k_scale, prm.ks_stride_head, prm.ks_stride_slot, kvh, slot);
+        t.vsc[q4] = scale_at(prm.v_scale, prm.vs_stride_head, prm.vs_stride_slot, kvh, slot);
       }
     }
   };
@@ -521,12 +498,19 @@ __global__ void __launch_bounds__(kAttnThreads)
       for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
 #pragma unroll
       for (int t = 0; t < kChunks; ++t) {
-        const uint4 w = kv_words<kE4m3F16>(kr[nt][t], ksc[nt]);
+        const uint4 w = kv_words(kr[nt][t]);
         mma_16816<kHalfMma>(s[nt], q_frag[2 * t][lane], w.x, w.y);
         mma_16816<kHalfMma>(s[nt], q_frag[2 * t + 1][lane], w.z, w.w);
       }
     }
 
+    if constexpr (per_token) {
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] *= ksc[(e & 1) + 2 * nt];
+      }
+    }
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
@@ -558,6 +542,27 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + rowsum[r];
+    if constexpr (per_token) {
+      // The probabilities carry their keys' V scales relative to 2^v_exp, the power of two just
+      // above the largest V scale so far; when it grows, the accumulators move to the new one
+      // (exactly, with alpha: both are scalings of the same sums).
+      float vm = fmaxf(fmaxf(fabsf(vsc[0]), fabsf(vsc[1])), fmaxf(fabsf(vsc[2]), fabsf(vsc[3])));
+      vm = fmaxf(vm, __shfl_xor_sync(0xFFFFFFFFu, vm, 1));
+      vm = fmaxf(vm, __shfl_xor_sync(0xFFFFFFFFu, vm, 2));
+      int e = 0;
+      frexpf(vm, &e);
+      const int v_new = max(v_exp, vm > 0.0f && vm < INFINITY ? e : 0);
+      const float shift = ldexpf(1.0f, v_exp - v_new);
+      alpha[0] *= shift;
+      alpha[1] *= shift;
+      v_exp = v_new;
+      const float rel = ldexpf(1.0f, -v_new);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e2 = 0; e2 < 4; ++e2) s[nt][e2] *= vsc[(e2 & 1) + 2 * nt] * rel;
+      }
+    }
     // A row whose running max did not grow has alpha exactly 1, a multiplication that changes
     // nothing: the rescale is skipped when that holds for every row of the warp.
     if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
@@ -577,7 +582,7 @@ __global__ void __launch_bounds__(kAttnThreads)
       uint32_t vw[4][4];
 #pragma unroll
       for (int q4 = 0; q4 < 4; ++q4) {
-        const uint4 w = kv_words<kE4m3F16>(vr[q4][vh], vsc[q4]);
+        const uint4 w = kv_words(vr[q4][vh]);
         vw[q4][0] = w.x;
         vw[q4][1] = w.y;
         vw[q4][2] = w.z;
@@ -599,13 +604,12 @@ __global__ void __launch_bounds__(kAttnThreads)
   //    per subtile): up to 10% faster for 16-bit K/V with 4 rows per request. Its loop body is
   //    twice the code; in the in-cluster calls of small batches (about 2 subtiles per warp) it
   //    made the whole decode step ~1 us slower, though the attention op alone was not slower;
-  //  * one buffer refilled from the next: e4m3 K/V with per-token scales (up to 8% faster than
-  //    two buffers) and the 16-bit in-cluster calls;
-  //  * the same two subtiles ahead: e4m3 K/V on the f16 path (kE4m3F16), whose loop waits on its
-  //    loads rather than its instructions (one subtile ahead it was up to 10% slower than the
-  //    bf16 path it replaced; two ahead, 8K x 64 with 4 rows per request 51.2 -> 41.9 us;
-  //    three ahead, 43.8). Its subtile fragments take 32 registers; a 16-bit one's 64 would not
-  //    leave room for a second.
+  //  * one buffer refilled from the next: the 16-bit in-cluster calls;
+  //  * the same two subtiles ahead: e4m3 K/V (kE4m3F16), whose loop waits on its loads rather
+  //    than its instructions (one subtile ahead it was up to 10% slower than the bf16 path it
+  //    replaced; two ahead, 8K x 64 with 4 rows per request 51.2 -> 41.9 us; three ahead, 43.8;
+  //    per-layer scales). Its subtile fragments take 32 registers (40 with per-token-head
+  //    scales); a 16-bit one's 64 would not leave room for a second.
   int i = sub_begin + warp;
   int li = i / spb, sb = i - li * spb;
   // One subtile: issues the loads of the warp's next subtile into `next`, then computes (li, sb)
@@ -680,8 +684,10 @@ __global__ void __launch_bounds__(kAttnThreads)
     const float m_use = m_all == -INFINITY ? 0.0f : m_all;
     float l_all = 0.0f;
     for (int w = 0; w < kAttnWarps; ++w) l_all += s_l[w][hh] * exp2f(s_m[w][hh] - m_use);
-    // kE4m3F16: the V scale (1 otherwise) applies here, once per output.
-    factor[r] = l_all > 0.0f ? exp2f(m_run[r] - m_use) / l_all * (kE4m3F16 ? v_layer : 1.0f) : 0.0f;
+    // kE4m3F16: the V scale (1 otherwise) applies here, once per output: the per-layer one, or
+    // the per-token-head ones' 2^v_exp.
+    const float v_out = !kE4m3F16 ? 1.0f : per_token ? ldexpf(1.0f, v_exp) : v_layer;
+    factor[r] = l_all > 0.0f ? exp2f(m_run[r] - m_use) / l_all * v_out : 0.0f;
   }
 #pragma unroll
   for (int n = 0; n < kOutTiles; ++n) {

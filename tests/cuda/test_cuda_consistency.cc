@@ -339,9 +339,10 @@ TEST(CudaConsistency, SparseAttentionDecode128K) {
   check_attention_case(attention_spec(131072, 16, 4, DType::kBF16, 73));
 }
 
-// e4m3 K/V without per-token scales take the kernel's f16 path (scales on the logits and
-// outputs): per-layer scales as the benchmark's (1/16) and not a power of two, and no scale, in
-// the in-cluster (batch 1), merge-kernel (batch 16) and unsplit (batch 64, 4 rows each) plans.
+// e4m3 K/V take the kernel's f16 path (scales on fp32 logits, probabilities and outputs):
+// per-layer scales as the benchmark's (1/16) and not a power of two, and no scale, in the
+// in-cluster (batch 1), merge-kernel (batch 16) and unsplit (batch 64, 4 rows each) plans; the
+// tests above cover per-token-head scales in the first two, and the last case here the third.
 TEST(CudaConsistency, SparseAttentionDecodeE4m3F16Path) {
   MSA_REQUIRE_TEST_DEVICE();
   attn::BatchSpec b1 = attention_spec(8192, 1, 1, DType::kE4M3, 101);
@@ -356,6 +357,7 @@ TEST(CudaConsistency, SparseAttentionDecodeE4m3F16Path) {
   attn::BatchSpec b64 = attention_spec(8192, 64, 4, DType::kE4M3, 103);
   b64.scale_mode = KvScaleMode::kNone;
   check_attention_case(b64);
+  check_attention_case(attention_spec(8192, 64, 4, DType::kE4M3, 104));
 }
 
 // Other TP ranks: TP8 (Hq 8: zero-padded MMA rows) and TP1 (Hq 64, Hkv 4), split layout.

@@ -66,11 +66,14 @@ struct CacheSpec {
   KvScaleMode mode = KvScaleMode::kNone;
   int64_t num_blocks = 0, num_kv_heads = 1, block_size = 128, head_dim = 128;
   double layer_k_scale = 0.25, layer_v_scale = 0.5;  // per-layer mode
+  // Per-token-head mode: scales in [token_scale_lo, token_scale_hi), uniform or log-uniform.
+  double token_scale_lo = 0.05, token_scale_hi = 0.5;
+  bool token_scale_log = false;
 };
 
 // A main KV cache with random contents (bf16/f16 in [-1, 1), e4m3 stored values in [-4, 4))
 // and scales: per-layer the spec's (k 0.25, v 0.5 by default); per-token-head random in
-// [0.05, 0.5).
+// [0.05, 0.5) by default.
 class KvCacheFixture {
  public:
   KvCacheFixture(const CacheSpec& spec, const Device& device, uint64_t seed) : spec_(spec) {
@@ -101,8 +104,15 @@ class KvCacheFixture {
     } else if (spec.mode == KvScaleMode::kPerTokenHead) {
       k_scale_ = TestTensor(DType::kF32, {hkv, nb * bs}, device);
       v_scale_ = TestTensor(DType::kF32, {hkv, nb * bs}, device);
-      k_scale_.fill_uniform(rng, 0.05, 0.5);
-      v_scale_.fill_uniform(rng, 0.05, 0.5);
+      if (spec.token_scale_log) {
+        std::uniform_real_distribution<double> log_scale(std::log(spec.token_scale_lo),
+                                                         std::log(spec.token_scale_hi));
+        k_scale_.generate([&] { return std::exp(log_scale(rng)); });
+        v_scale_.generate([&] { return std::exp(log_scale(rng)); });
+      } else {
+        k_scale_.fill_uniform(rng, spec.token_scale_lo, spec.token_scale_hi);
+        v_scale_.fill_uniform(rng, spec.token_scale_lo, spec.token_scale_hi);
+      }
     }
     if (spec.mode != KvScaleMode::kNone) {
       k_scale_.upload();
@@ -206,7 +216,9 @@ struct BatchSpec {
   Layout layout = Layout::kPacked;
   DType cache_dtype = DType::kBF16;
   KvScaleMode scale_mode = KvScaleMode::kNone;
-  double layer_k_scale = 0.25, layer_v_scale = 0.5;  // per-layer scale values
+  double layer_k_scale = 0.25, layer_v_scale = 0.5;    // per-layer scale values
+  double token_scale_lo = 0.05, token_scale_hi = 0.5;  // per-token-head scale range
+  bool token_scale_log = false;                        // ... drawn log-uniform
   DType q_dtype = DType::kBF16, out_dtype = DType::kF32;
   double q_range = 2.0;  // q uniform in [-q_range, q_range)
   bool with_lse = true;
@@ -258,6 +270,9 @@ inline std::unique_ptr<Batch> make_batch(const BatchSpec& spec, const Device& de
   cs.mode = spec.scale_mode;
   cs.layer_k_scale = spec.layer_k_scale;
   cs.layer_v_scale = spec.layer_v_scale;
+  cs.token_scale_lo = spec.token_scale_lo;
+  cs.token_scale_hi = spec.token_scale_hi;
+  cs.token_scale_log = spec.token_scale_log;
   cs.num_kv_heads = spec.num_kv_heads;
   cs.block_size = bs;
   cs.head_dim = spec.head_dim;

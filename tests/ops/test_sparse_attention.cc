@@ -122,6 +122,20 @@ std::vector<NamedSpec> decode_specs() {
     v.push_back({"Ql1E4m3TinyQ", s});
   }
   {
+    // e4m3 per-token-head scales spread over eight decades (CUDA rescales its probabilities by
+    // a running power of two of the V scales), speculative rows.
+    BatchSpec s;
+    s.query_len = 2;
+    s.seq_lens = {2049, 600};
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerTokenHead;
+    s.token_scale_lo = 1e-6;
+    s.token_scale_hi = 1e2;
+    s.token_scale_log = true;
+    s.seed = 13;
+    v.push_back({"Ql2E4m3PerTokenWideScales", s});
+  }
+  {
     BatchSpec s;  // e4m3 per-token-head scales, bf16 output
     s.seq_lens = {2049, 129, 0, 700};
     s.layout = Layout::kSplitNhd;
