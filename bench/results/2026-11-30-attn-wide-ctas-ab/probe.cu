@@ -1,15 +1,20 @@
 // Probe: how long N CTAs take to pull B bytes each from DRAM (cold L2), by 16-byte loads all in
 // flight (LDG) or by bulk copies into shared memory (cp.async.bulk + mbarrier).
-#include <cstdio>
-#include <cstdint>
-#include <vector>
-#include <algorithm>
 #include <cuda_runtime.h>
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
 
-__device__ __forceinline__ uint64_t gt() { uint64_t t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t)); return t; }
+__device__ __forceinline__ uint64_t gt() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
 
 template <int kPer>  // 16-byte loads per thread
-__global__ void __launch_bounds__(1024) ldg_kernel(const uint4* base, int64_t stride_elems, uint4* sink, uint64_t* st) {
+__global__ void __launch_bounds__(1024)
+    ldg_kernel(const uint4* base, int64_t stride_elems, uint4* sink, uint64_t* st) {
   const uint64_t t0 = gt();
   const uint4* p = base + blockIdx.x * stride_elems;
   uint4 r[kPer];
@@ -21,88 +26,149 @@ __global__ void __launch_bounds__(1024) ldg_kernel(const uint4* base, int64_t st
   __syncthreads();
   const uint64_t t1 = gt();
   if (x == 0x12345678u) sink[0] = r[0];
-  if (threadIdx.x == 0) { st[2 * blockIdx.x] = t0; st[2 * blockIdx.x + 1] = t1; }
+  if (threadIdx.x == 0) {
+    st[2 * blockIdx.x] = t0;
+    st[2 * blockIdx.x + 1] = t1;
+  }
 }
 
-__global__ void __launch_bounds__(128) bulk_kernel(const char* base, int64_t stride_bytes, int bytes, int chunk, uint4* sink, uint64_t* st) {
+__global__ void __launch_bounds__(128)
+    bulk_kernel(const char* base, int64_t stride_bytes, int bytes, int chunk, uint4* sink,
+                uint64_t* st) {
   extern __shared__ __align__(128) char smem[];
   __shared__ __align__(8) uint64_t bar;
   const uint64_t t0 = gt();
   const char* p = base + blockIdx.x * stride_bytes;
   const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(&bar));
   if (threadIdx.x == 0) {
-    asm volatile("mbarrier.init.shared.b64 [%0], 1;" :: "r"(b));
+    asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(b));
     asm volatile("fence.mbarrier_init.release.cluster;");
-    asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" :: "r"(b), "r"(bytes));
+    asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(b), "r"(bytes));
   }
   __syncthreads();
   {
     for (int o = threadIdx.x * chunk; o < bytes; o += chunk * blockDim.x) {
       const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(smem + o));
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                   :: "r"(d), "l"(p + o), "r"(chunk), "r"(b) : "memory");
+      asm volatile(
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+          "[%3];" ::"r"(d),
+          "l"(p + o), "r"(chunk), "r"(b)
+          : "memory");
     }
   }
   __syncthreads();
   uint32_t done = 0;
   while (!done) {
-    asm volatile("{ .reg .pred q; mbarrier.try_wait.parity.shared.b64 q, [%1], 0; selp.u32 %0, 1, 0, q; }" : "=r"(done) : "r"(b));
+    asm volatile(
+        "{ .reg .pred q; mbarrier.try_wait.parity.shared.b64 q, [%1], 0; selp.u32 %0, 1, 0, q; }"
+        : "=r"(done)
+        : "r"(b));
   }
   const uint4 v = reinterpret_cast<const uint4*>(smem)[threadIdx.x];
   __syncthreads();
   const uint64_t t1 = gt();
   if (v.x == 0x12345678u) sink[0] = v;
-  if (threadIdx.x == 0) { st[2 * blockIdx.x] = t0; st[2 * blockIdx.x + 1] = t1; }
+  if (threadIdx.x == 0) {
+    st[2 * blockIdx.x] = t0;
+    st[2 * blockIdx.x + 1] = t1;
+  }
 }
 
 __global__ void flush_kernel(uint4* f, int64_t n) {
-  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) f[i] = make_uint4(i, 0, 0, 0);
+  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    f[i] = make_uint4(i, 0, 0, 0);
 }
 
 int main(int argc, char** argv) {
   const int64_t pool = 1ll << 30, flushb = 256ll << 20;
-  char* buf; uint4* fl; uint4* sink; uint64_t* st;
-  cudaMalloc(&buf, pool); cudaMalloc(&fl, flushb); cudaMalloc(&sink, 64); cudaMalloc(&st, 2 * 1024 * 8);
+  char* buf;
+  uint4* fl;
+  uint4* sink;
+  uint64_t* st;
+  cudaMalloc(&buf, pool);
+  cudaMalloc(&fl, flushb);
+  cudaMalloc(&sink, 64);
+  cudaMalloc(&st, 2 * 1024 * 8);
   cudaMemset(buf, 1, pool);
   cudaFuncSetAttribute(bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
-  cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
   const int64_t stride = 1ll << 20;  // CTAs 1 MB apart (distinct pages, like scattered KV pages)
   auto run = [&](const char* mode, int ctas, int kb, int chunk, int threads) {
-    std::vector<float> ev; std::vector<double> med, mx, span;
+    std::vector<float> ev;
+    std::vector<double> med, mx, span;
     for (int it = 0; it < 15; ++it) {
       flush_kernel<<<264, 1024>>>(fl, flushb / 16);
       cudaEventRecord(e0);
       if (mode[0] == 'l') {
         const int per = kb * 1024 / 16 / threads;
         switch (per) {
-          case 1: ldg_kernel<1><<<ctas, threads>>>((const uint4*)buf, stride / 16, sink, st); break;
-          case 2: ldg_kernel<2><<<ctas, threads>>>((const uint4*)buf, stride / 16, sink, st); break;
-          case 4: ldg_kernel<4><<<ctas, threads>>>((const uint4*)buf, stride / 16, sink, st); break;
-          case 8: ldg_kernel<8><<<ctas, threads>>>((const uint4*)buf, stride / 16, sink, st); break;
-          case 16: ldg_kernel<16><<<ctas, threads>>>((const uint4*)buf, stride / 16, sink, st); break;
-          case 32: ldg_kernel<32><<<ctas, threads>>>((const uint4*)buf, stride / 16, sink, st); break;
-          default: printf("bad per\n"); return;
+          case 1:
+            ldg_kernel<1><<<ctas, threads>>>((const uint4*)buf, stride / 16, sink, st);
+            break;
+          case 2:
+            ldg_kernel<2><<<ctas, threads>>>((const uint4*)buf, stride / 16, sink, st);
+            break;
+          case 4:
+            ldg_kernel<4><<<ctas, threads>>>((const uint4*)buf, stride / 16, sink, st);
+            break;
+          case 8:
+            ldg_kernel<8><<<ctas, threads>>>((const uint4*)buf, stride / 16, sink, st);
+            break;
+          case 16:
+            ldg_kernel<16><<<ctas, threads>>>((const uint4*)buf, stride / 16, sink, st);
+            break;
+          case 32:
+            ldg_kernel<32><<<ctas, threads>>>((const uint4*)buf, stride / 16, sink, st);
+            break;
+          default:
+            printf("bad per\n");
+            return;
         }
       } else {
         bulk_kernel<<<ctas, threads, kb * 1024>>>(buf, stride, kb * 1024, chunk, sink, st);
       }
-      cudaEventRecord(e1); cudaEventSynchronize(e1);
-      float ms; cudaEventElapsedTime(&ms, e0, e1); ev.push_back(ms * 1000);
-      std::vector<uint64_t> h(2 * ctas); cudaMemcpy(h.data(), st, 16 * ctas, cudaMemcpyDeviceToHost);
-      std::vector<double> d; uint64_t a = ~0ull, z = 0;
-      for (int c = 0; c < ctas; ++c) { d.push_back((h[2*c+1] - h[2*c]) / 1000.0); a = std::min(a, h[2*c]); z = std::max(z, h[2*c+1]); }
-      std::sort(d.begin(), d.end()); med.push_back(d[d.size()/2]); mx.push_back(d.back()); span.push_back((z - a) / 1000.0);
+      cudaEventRecord(e1);
+      cudaEventSynchronize(e1);
+      float ms;
+      cudaEventElapsedTime(&ms, e0, e1);
+      ev.push_back(ms * 1000);
+      std::vector<uint64_t> h(2 * ctas);
+      cudaMemcpy(h.data(), st, 16 * ctas, cudaMemcpyDeviceToHost);
+      std::vector<double> d;
+      uint64_t a = ~0ull, z = 0;
+      for (int c = 0; c < ctas; ++c) {
+        d.push_back((h[2 * c + 1] - h[2 * c]) / 1000.0);
+        a = std::min(a, h[2 * c]);
+        z = std::max(z, h[2 * c + 1]);
+      }
+      std::sort(d.begin(), d.end());
+      med.push_back(d[d.size() / 2]);
+      mx.push_back(d.back());
+      span.push_back((z - a) / 1000.0);
     }
-    auto m = [](auto v) { std::sort(v.begin(), v.end()); return (double)v[v.size()/2]; };
-    printf("%-5s %5d %7d %6d %5d | %8.2f %8.2f %8.2f %8.2f\n", mode, ctas, kb, chunk, threads, m(ev), m(med), m(mx), m(span));
+    auto m = [](auto v) {
+      std::sort(v.begin(), v.end());
+      return (double)v[v.size() / 2];
+    };
+    printf("%-5s %5d %7d %6d %5d | %8.2f %8.2f %8.2f %8.2f\n", mode, ctas, kb, chunk, threads,
+           m(ev), m(med), m(mx), m(span));
   };
-  printf("%-5s %5s %7s %6s %5s | %8s %8s %8s %8s\n", "mode", "ctas", "KB/cta", "chunk", "thr", "event", "cta_med", "cta_max", "span");
-  for (int ctas : {16, 132, 264}) for (int kb : {32, 64, 128}) for (int thr : {128, 256, 512, 1024}) {
-    if (kb * 1024 / 16 / thr <= 32) run("ldg", ctas, kb, 0, thr);
-  }
-  for (int ctas : {16, 132, 264}) for (int kb : {32, 64, 128}) for (int ch : {1024, 2048, 4096, 8192}) for (int thr : {32, 128}) {
-    if (ctas == 264 && kb > 64) continue;
-    run("bulk", ctas, kb, ch, thr);
-  }
-  cudaError_t e = cudaDeviceSynchronize(); printf("%s\n", cudaGetErrorString(e));
+  printf("%-5s %5s %7s %6s %5s | %8s %8s %8s %8s\n", "mode", "ctas", "KB/cta", "chunk", "thr",
+         "event", "cta_med", "cta_max", "span");
+  for (int ctas : {16, 132, 264})
+    for (int kb : {32, 64, 128})
+      for (int thr : {128, 256, 512, 1024}) {
+        if (kb * 1024 / 16 / thr <= 32) run("ldg", ctas, kb, 0, thr);
+      }
+  for (int ctas : {16, 132, 264})
+    for (int kb : {32, 64, 128})
+      for (int ch : {1024, 2048, 4096, 8192})
+        for (int thr : {32, 128}) {
+          if (ctas == 264 && kb > 64) continue;
+          run("bulk", ctas, kb, ch, thr);
+        }
+  cudaError_t e = cudaDeviceSynchronize();
+  printf("%s\n", cudaGetErrorString(e));
 }
