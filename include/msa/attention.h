@@ -20,7 +20,9 @@ namespace msa {
 // tensor cores, and apply e4m3 scales to fp32 logits, probabilities and outputs instead of to
 // each element) is in docs/numerics.md. Blocks are accumulated in ascending block order. Rows
 // with no keys (padded rows, p < 0: a padded request with seq_len 0, or the leading rows of a
-// decode request shorter than query_len) give out = 0 and lse = -inf.
+// decode request shorter than query_len) give out = 0 and lse = -inf. Cache slots outside
+// keys(t) never reach a row's output, whatever their bits (NaN or Inf in a slot not written
+// yet included).
 
 // Decode rows: num_requests requests with exactly query_len rows each.
 struct SparseAttentionDecodeArgs {

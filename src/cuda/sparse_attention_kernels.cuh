@@ -415,9 +415,18 @@ __global__ void __launch_bounds__(kAttnThreads)
   // (largest) id of the ascending list, so the visible subtiles are a prefix of the list.
   // Subtile counts and offsets within a page fit 32 bits (check_supported bounds block_size x
   // token stride), so the loop's index arithmetic is 32-bit and incremental.
+  // That last subtile may reach past the position: its keys there get P = 0, but their V rows
+  // still enter the P.V MMA, where a NaN or Inf in a slot not written yet would give 0 * NaN.
+  // load_tile reads the row's last visible key (row tail_last of subtile (tail_li, tail_sb)) and
+  // its scales in their place, a finite value whose product with 0 is 0.
   int n_valid = n_sel * spb;
+  int tail_li = -1, tail_sb = 0, tail_last = 15;
   if (n_sel > 0 && s_list_id[n_sel - 1] == own) {
-    n_valid = (n_sel - 1) * spb + static_cast<int>(pos - own * bs) / 16 + 1;
+    const int in_block = static_cast<int>(pos - own * bs);
+    n_valid = (n_sel - 1) * spb + in_block / 16 + 1;
+    tail_li = n_sel - 1;
+    tail_sb = in_block / 16;
+    tail_last = in_block % 16;
   }
   const int sub_begin = split * prm.subtiles_per_split;
   const int sub_end = min(n_valid, sub_begin + prm.subtiles_per_split);
@@ -427,9 +436,10 @@ __global__ void __launch_bounds__(kAttnThreads)
   // This lane's element offsets from a subtile's first key: K rows g and g + 8 at column 8c,
   // V rows 2c, 2c + 1, 2c + 8, 2c + 9 at column 8g; the chunk columns are immediates.
   const int k_lane[2] = {g * k_tok + 8 * c, (g + 8) * k_tok + 8 * c};
+  auto v_row = [&](int q4) { return 2 * c + (q4 & 1) + 8 * (q4 >> 1); };
   int v_lane[4];
 #pragma unroll
-  for (int q4 = 0; q4 < 4; ++q4) v_lane[q4] = (2 * c + (q4 & 1) + 8 * (q4 >> 1)) * v_tok + 8 * g;
+  for (int q4 = 0; q4 < 4; ++q4) v_lane[q4] = v_row(q4) * v_tok + 8 * g;
   const CacheT* k_head = k_all + kvh * prm.k_stride_head;
   const CacheT* v_head = v_all + kvh * prm.v_stride_head;
 
@@ -449,6 +459,8 @@ __global__ void __launch_bounds__(kAttnThreads)
     const int off = sb * 16;
     const CacheT* kb = k_head + page * prm.k_stride_page + off * k_tok;
     const CacheT* vb = v_head + page * prm.v_stride_page + off * v_tok;
+    // Rows past the position read the last visible one (see tail_last).
+    const int last = li == tail_li && sb == tail_sb ? tail_last : 15;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
@@ -458,16 +470,17 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
 #pragma unroll
     for (int q4 = 0; q4 < 4; ++q4) {
+      const int v_off = v_row(q4) <= last ? v_lane[q4] : last * v_tok + 8 * g;
 #pragma unroll
       for (int vh = 0; vh < kHalves; ++vh) {
-        t.vr[q4][vh] = __ldg(reinterpret_cast<const Raw*>(vb + v_lane[q4] + 64 * vh));
+        t.vr[q4][vh] = __ldg(reinterpret_cast<const Raw*>(vb + v_off + 64 * vh));
       }
     }
     if constexpr (per_token) {
       const int64_t slot0 = page * bs + off;
 #pragma unroll
       for (int q4 = 0; q4 < 4; ++q4) {
-        const int64_t slot = slot0 + 2 * c + (q4 & 1) + 8 * (q4 >> 1);
+        const int64_t slot = slot0 + min(v_row(q4), last);
         t.ksc[q4] = scale_at(prm.k_scale, prm.ks_stride_head, prm.ks_stride_slot, kvh, slot);
         t.vsc[q4] = scale_at(prm.v_scale, prm.vs_stride_head, prm.vs_stride_slot, kvh, slot);
       }

@@ -360,6 +360,24 @@ TEST(CudaConsistency, SparseAttentionDecodeE4m3F16Path) {
   check_attention_case(attention_spec(8192, 64, 4, DType::kE4M3, 104));
 }
 
+// NaN in every cache slot past each request's length (K, V and per-token scales), in the
+// merge-kernel (16 rows) and unsplit (64 x 4 rows) plans; the in-cluster plan is covered by
+// SparseAttention/...NanPastLength*. Short contexts keep the pools small.
+TEST(CudaConsistency, SparseAttentionDecodeGarbagePastLength) {
+  MSA_REQUIRE_TEST_DEVICE();
+  attn::BatchSpec b16 = attention_spec(2048, 16, 1, DType::kBF16, 111);
+  b16.shared_pages = false;
+  b16.nan_past_len = true;
+  check_attention_case(b16);
+  attn::BatchSpec b64 = attention_spec(2048, 64, 4, DType::kE4M3, 112);
+  b64.shared_pages = false;
+  b64.nan_past_len = true;
+  check_attention_case(b64);
+  b64.scale_mode = KvScaleMode::kPerLayer;
+  b64.seed = 113;
+  check_attention_case(b64);
+}
+
 // Other TP ranks: TP8 (Hq 8: zero-padded MMA rows) and TP1 (Hq 64, Hkv 4), split layout.
 TEST(CudaConsistency, SparseAttentionDecodeOtherRanks) {
   MSA_REQUIRE_TEST_DEVICE();

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -122,6 +123,41 @@ class KvCacheFixture {
 
   const CacheSpec& spec() const { return spec_; }
 
+  // NaN in K, V and (per-token-head) their scales of slots [t_begin, block_size) of page `page`,
+  // every KV head: what an unwritten slot past a request's length may hold. No key there is
+  // visible, so no output may change.
+  void poison_tail(int64_t page, int64_t t_begin) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const int64_t d = spec_.head_dim;
+    for (int64_t g = 0; g < spec_.num_kv_heads; ++g) {
+      for (int64_t t = t_begin; t < spec_.block_size; ++t) {
+        for (int64_t side = 0; side < 2; ++side) {
+          for (int64_t e = 0; e < d; ++e) {
+            if (spec_.layout == Layout::kPacked) {
+              storage_.set({page, g, t, side * d + e}, nan);
+            } else {
+              storage_.set({page, side, t, g, e}, nan);
+            }
+          }
+        }
+        if (spec_.mode == KvScaleMode::kPerTokenHead) {
+          k_scale_.set({g, page * spec_.block_size + t}, nan);
+          v_scale_.set({g, page * spec_.block_size + t}, nan);
+        }
+      }
+    }
+    const std::vector<int64_t> last =
+        spec_.layout == Layout::kPacked
+            ? std::vector<int64_t>{page, spec_.num_kv_heads - 1, spec_.block_size - 1, 2 * d - 1}
+            : std::vector<int64_t>{page, 1, spec_.block_size - 1, spec_.num_kv_heads - 1, d - 1};
+    EXPECT_TRUE(std::isnan(storage_.get(last))) << "the stored dtype keeps NaN";
+    storage_.upload();
+    if (spec_.mode == KvScaleMode::kPerTokenHead) {
+      k_scale_.upload();
+      v_scale_.upload();
+    }
+  }
+
   // The device view with the given scale mode (the fixture's own by default).
   KvCacheView view() const { return view_with_mode(spec_.mode); }
   KvCacheView view_with_mode(KvScaleMode mode) const {
@@ -213,6 +249,7 @@ struct BatchSpec {
   bool topk_all_visible = false;  // every visible block listed (needs nvb <= topk_width)
   bool own_block = true;          // the row's own block is always selected
   bool shared_pages = false;      // used table entries drawn with repetition from 24 pages
+  bool nan_past_len = false;      // NaN in the slots of each request's last page past its length
   Layout layout = Layout::kPacked;
   DType cache_dtype = DType::kBF16;
   KvScaleMode scale_mode = KvScaleMode::kNone;
@@ -291,6 +328,14 @@ inline std::unique_ptr<Batch> make_batch(const BatchSpec& spec, const Device& de
   } else {
     b->block_table_host =
         shuffled_block_table(spec.seq_lens, b->max_blocks, cs.num_blocks, bs, bt_rng, kStaleEntry);
+  }
+  if (spec.nan_past_len) {
+    EXPECT_FALSE(spec.shared_pages) << "nan_past_len needs pages of one request each";
+    for (int64_t r = 0; r < nr; ++r) {
+      const int64_t len = spec.seq_lens[r];
+      if (len % bs == 0) continue;
+      b->cache->poison_tail(b->block_table_host[r * b->max_blocks + (len - 1) / bs], len % bs);
+    }
   }
   b->block_table = TestTensor(DType::kI32, {nr, b->max_blocks}, device);
   for (size_t i = 0; i < b->block_table_host.size(); ++i) {
@@ -451,6 +496,7 @@ inline std::vector<double> q_values(const Batch& b) {
   return q;
 }
 
+// NaN entries (nan_past_len's slots, never visible) do not count: the comparison is false.
 inline double max_abs(const std::vector<double>& v) {
   double m = 0.0;
   for (double x : v) m = std::max(m, std::fabs(x));

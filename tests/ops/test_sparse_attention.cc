@@ -177,6 +177,26 @@ std::vector<NamedSpec> decode_specs() {
     s.seed = 8;
     v.push_back({"LongContext128KTwoRows", s});
   }
+  {
+    // NaN in every slot past each request's length (K, V and scales): never visible, so the
+    // outputs must not change. bf16, e4m3 with per-layer and with per-token-head scales.
+    BatchSpec s;
+    s.seq_lens = {2049, 600, 77, 130};
+    s.nan_past_len = true;
+    s.seed = 14;
+    v.push_back({"Ql1NanPastLengthBf16", s});
+    s.query_len = 4;
+    s.seq_lens = {1001, 129};
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerLayer;
+    s.seed = 15;
+    v.push_back({"Ql4NanPastLengthE4m3PerLayer", s});
+    s.query_len = 2;
+    s.seq_lens = {700, 2047};
+    s.scale_mode = KvScaleMode::kPerTokenHead;
+    s.seed = 16;
+    v.push_back({"Ql2NanPastLengthE4m3PerToken", s});
+  }
   return v;
 }
 
@@ -218,6 +238,15 @@ std::vector<NamedSpec> prefill_specs() {
     s.out_dtype = DType::kBF16;
     s.seed = 12;
     v.push_back({"Tp2HndE4m3PerTokenHead", s});
+  }
+  {
+    BatchSpec s;  // NaN in the slots past each request's length, head dim 64
+    s.head_dim = 64;
+    s.seq_lens = {300, 1001};
+    s.query_lens = {20, 35};
+    s.nan_past_len = true;
+    s.seed = 17;
+    v.push_back({"NanPastLengthD64", s});
   }
   {
     BatchSpec s;  // TP1 heads, NHD, e4m3 per-layer, the own block not forced
