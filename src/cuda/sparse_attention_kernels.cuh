@@ -75,7 +75,7 @@ struct KvTraits<__half> {
 template <>
 struct KvTraits<uint8_t> {
   using Raw = uint2;
-  static constexpr bool kHalfMma = false;
+  static constexpr bool kHalfMma = true;  // e4m3 goes to f16 exactly (kv_words)
 };
 
 template <bool kHalfMma>
@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   constexpr bool kE4m3F16 = std::is_same_v<CacheT, uint8_t>;
   static_assert(kE4m3F16 || !kTokenScales, "only e4m3 caches have scales");
   using Raw = typename KvTraits<CacheT>::Raw;
-  constexpr bool kHalfMma = KvTraits<CacheT>::kHalfMma || kE4m3F16;
+  constexpr bool kHalfMma = KvTraits<CacheT>::kHalfMma;
   constexpr int kSteps = D / 16;   // k-steps of QK^T
   constexpr int kChunks = D / 32;  // 8-element K runs per lane per key
   constexpr int kHalves = D / 64;  // 64-column groups of V and O

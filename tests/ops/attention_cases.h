@@ -129,16 +129,15 @@ class KvCacheFixture {
   void poison_tail(int64_t page, int64_t t_begin) {
     const double nan = std::numeric_limits<double>::quiet_NaN();
     const int64_t d = spec_.head_dim;
+    // Storage index of element e of side s (0 = K, 1 = V) of head g, slot t of the page.
+    auto at = [&](int64_t s, int64_t g, int64_t t, int64_t e) {
+      return spec_.layout == Layout::kPacked ? std::vector<int64_t>{page, g, t, s * d + e}
+                                             : std::vector<int64_t>{page, s, t, g, e};
+    };
     for (int64_t g = 0; g < spec_.num_kv_heads; ++g) {
       for (int64_t t = t_begin; t < spec_.block_size; ++t) {
-        for (int64_t side = 0; side < 2; ++side) {
-          for (int64_t e = 0; e < d; ++e) {
-            if (spec_.layout == Layout::kPacked) {
-              storage_.set({page, g, t, side * d + e}, nan);
-            } else {
-              storage_.set({page, side, t, g, e}, nan);
-            }
-          }
+        for (int64_t s = 0; s < 2; ++s) {
+          for (int64_t e = 0; e < d; ++e) storage_.set(at(s, g, t, e), nan);
         }
         if (spec_.mode == KvScaleMode::kPerTokenHead) {
           k_scale_.set({g, page * spec_.block_size + t}, nan);
@@ -146,11 +145,9 @@ class KvCacheFixture {
         }
       }
     }
-    const std::vector<int64_t> last =
-        spec_.layout == Layout::kPacked
-            ? std::vector<int64_t>{page, spec_.num_kv_heads - 1, spec_.block_size - 1, 2 * d - 1}
-            : std::vector<int64_t>{page, 1, spec_.block_size - 1, spec_.num_kv_heads - 1, d - 1};
-    EXPECT_TRUE(std::isnan(storage_.get(last))) << "the stored dtype keeps NaN";
+    EXPECT_TRUE(
+        std::isnan(storage_.get(at(1, spec_.num_kv_heads - 1, spec_.block_size - 1, d - 1))))
+        << "the stored dtype keeps NaN";
     storage_.upload();
     if (spec_.mode == KvScaleMode::kPerTokenHead) {
       k_scale_.upload();
