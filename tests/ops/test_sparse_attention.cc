@@ -9,6 +9,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/attention_cases.h"
@@ -583,8 +584,14 @@ void expect_value_error(Batch& b, const Args& args, int32_t bit, const std::stri
 // with another kernel instance (the f16 path).
 TEST(SparseAttention, RejectsBadValues) {
   MSA_REQUIRE_TEST_DEVICE();
-  for (const DType cache : {DType::kBF16, DType::kE4M3}) {
-    SCOPED_TRACE(cache == DType::kBF16 ? "bf16 cache" : "e4m3 cache, per-layer scale");
+  // Each CUDA kernel instance family: 16-bit K/V, e4m3 with a per-layer scale, e4m3 with
+  // per-token-head scales.
+  const std::pair<DType, KvScaleMode> caches[] = {{DType::kBF16, KvScaleMode::kNone},
+                                                  {DType::kE4M3, KvScaleMode::kPerLayer},
+                                                  {DType::kE4M3, KvScaleMode::kPerTokenHead}};
+  for (const auto& [cache, mode] : caches) {
+    SCOPED_TRACE(std::string(dtype_name(cache)) + " cache, scale mode " +
+                 std::to_string(static_cast<int>(mode)));
     BatchSpec s;
     s.num_q_heads = 4;
     s.head_dim = 64;
@@ -592,7 +599,7 @@ TEST(SparseAttention, RejectsBadValues) {
     s.seq_lens = {300, 0, 200};
     s.topk_width = 4;
     s.cache_dtype = cache;
-    s.scale_mode = cache == DType::kE4M3 ? KvScaleMode::kPerLayer : KvScaleMode::kNone;
+    s.scale_mode = mode;
     {
       std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
       attn::set_topk_row(*b, 0, 1, {0, 3});  // row 1 is at position 299: visible blocks 0..2
