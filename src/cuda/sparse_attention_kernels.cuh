@@ -403,9 +403,10 @@ __global__ void __launch_bounds__(kAttnThreads)
     for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
   }
   float m_run[2] = {-INFINITY, -INFINITY};  // rows g and g + 8, log2 domain
-  // Per-token-head V scales: the accumulators hold the outputs times 2^-v_exp (see process);
-  // far below any float exponent until the first subtile sets it.
-  int v_exp = -1000;
+  // Per-token-head V scales: the accumulators hold the outputs times 2^-v_exp (see process).
+  // It starts at the smallest normal exponent, so the first positive scale sets it and
+  // 2^-v_exp stays finite when every scale is subnormal.
+  int v_exp = -126;
   float l_run[2] = {0.0f, 0.0f};  // this lane's share of the row sums
 
   const CacheT* k_all = static_cast<const CacheT*>(prm.k);
@@ -558,13 +559,15 @@ __global__ void __launch_bounds__(kAttnThreads)
     if constexpr (per_token) {
       // The probabilities carry their keys' V scales relative to 2^v_exp, the power of two just
       // above the largest V scale so far; when it grows, the accumulators move to the new one
-      // (exactly, with alpha: both are scalings of the same sums).
+      // (exactly, with alpha: both are scalings of the same sums). A subtile whose scales are
+      // all zero keeps it: raising it to 2^0 would round the later probabilities of small
+      // scales relative to 1, into f16's subnormals. Non-finite scales take 2^0.
       float vm = fmaxf(fmaxf(fabsf(vsc[0]), fabsf(vsc[1])), fmaxf(fabsf(vsc[2]), fabsf(vsc[3])));
       vm = fmaxf(vm, __shfl_xor_sync(0xFFFFFFFFu, vm, 1));
       vm = fmaxf(vm, __shfl_xor_sync(0xFFFFFFFFu, vm, 2));
       int e = 0;
       frexpf(vm, &e);
-      const int v_new = max(v_exp, vm > 0.0f && vm < INFINITY ? e : 0);
+      const int v_new = max(v_exp, vm > 0.0f && vm < INFINITY ? e : vm == 0.0f ? v_exp : 0);
       const float shift = ldexpf(1.0f, v_exp - v_new);
       alpha[0] *= shift;
       alpha[1] *= shift;

@@ -155,6 +155,19 @@ class KvCacheFixture {
     }
   }
 
+  // Per-token-head mode: sets the V scale of every (KV head g, slot) to f(g, slot) and uploads
+  // the scales.
+  template <typename F>
+  void set_v_token_scales(F f) {
+    ASSERT_EQ(spec_.mode, KvScaleMode::kPerTokenHead);
+    for (int64_t g = 0; g < spec_.num_kv_heads; ++g) {
+      for (int64_t slot = 0; slot < spec_.num_blocks * spec_.block_size; ++slot) {
+        v_scale_.set({g, slot}, f(g, slot));
+      }
+    }
+    v_scale_.upload();
+  }
+
   // The device view with the given scale mode (the fixture's own by default).
   KvCacheView view() const { return view_with_mode(spec_.mode); }
   KvCacheView view_with_mode(KvScaleMode mode) const {

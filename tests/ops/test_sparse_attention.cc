@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -135,6 +136,20 @@ std::vector<NamedSpec> decode_specs() {
     s.token_scale_log = true;
     s.seed = 13;
     v.push_back({"Ql2E4m3PerTokenWideScales", s});
+  }
+  {
+    // Subnormal per-token-head scales (about 1e-40): CUDA's running power of two of the V
+    // scales must stay a normal float there (2^-v_exp was infinite, and so were the outputs).
+    BatchSpec s;
+    s.query_len = 2;
+    s.seq_lens = {2049, 300};
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerTokenHead;
+    s.token_scale_lo = 1e-42;
+    s.token_scale_hi = 1e-39;
+    s.token_scale_log = true;
+    s.seed = 18;
+    v.push_back({"Ql2E4m3PerTokenSubnormalScales", s});
   }
   {
     BatchSpec s;  // e4m3 per-token-head scales, bf16 output
@@ -417,6 +432,58 @@ TEST(SparseAttention, Fp8ScalesChangeTheResult) {
     }
     // Scales of 0.05..0.5 shrink V by 2x or more: the results differ by far more than 0.1.
     EXPECT_GT(diff, 0.1) << "scale mode " << static_cast<int>(mode);
+  }
+}
+
+// Per-token-head V scales enter the output linearly, so multiplying all of them by a power of
+// two (2^-20) multiplies the f32 outputs by exactly that and leaves lse unchanged, bit for bit:
+// the CPU backend scales each product exactly, and CUDA's probabilities carry the scales
+// relative to a running power of two of the largest one, which moves by the same factor. The
+// scales are random powers of two, and 0 in the first four 16-key subtiles of every block, so
+// warps begin on subtiles whose scales are all zero: those must not move the running power of
+// two (raised to 2^0, the later probabilities of 2^-20 scales were rounded into f16's
+// subnormals). Several decode rows per request and batch sizes that take different split plans.
+TEST(SparseAttention, PowerOfTwoVScalesScaleTheOutputExactly) {
+  MSA_REQUIRE_TEST_DEVICE();
+  constexpr int kShift = -20;
+  for (const std::vector<int64_t>& lens :
+       {std::vector<int64_t>{2049, 700, 300}, std::vector<int64_t>(40, 1500)}) {
+    BatchSpec s;
+    s.query_len = 2;
+    s.seq_lens = lens;
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerTokenHead;
+    s.seed = 43;
+    std::unique_ptr<Batch> unit = attn::make_batch(s, test::test_device());
+    std::unique_ptr<Batch> shifted = attn::make_batch(s, test::test_device());
+    const int64_t bs = s.block_size;
+    auto scale = [&](int64_t g, int64_t slot) {
+      if (slot % bs < 64) return 0.0;
+      const uint64_t h =
+          (static_cast<uint64_t>(slot) * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(g) << 7);
+      return std::ldexp(1.0, static_cast<int>(h >> 61) - 3);  // 2^-3 .. 2^4
+    };
+    unit->cache->set_v_token_scales(scale);
+    shifted->cache->set_v_token_scales(
+        [&](int64_t g, int64_t slot) { return std::ldexp(scale(g, slot), kShift); });
+    ASSERT_TRUE(attn::run_batch(*unit).ok());
+    ASSERT_TRUE(attn::run_batch(*shifted).ok());
+    EXPECT_EQ(shifted->flags.get_flat(0), 0);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < unit->out.numel(); ++i) {
+      const double want = std::ldexp(unit->out.get_flat(i), kShift);
+      if (shifted->out.get_flat(i) != want && bad++ < 5) {
+        ADD_FAILURE() << lens.size() << " requests: out flat " << i << " got "
+                      << shifted->out.get_flat(i) << " want " << want;
+      }
+    }
+    EXPECT_EQ(bad, 0) << lens.size() << " requests: outputs not scaled exactly";
+    EXPECT_TRUE(attn::same_bytes(unit->lse, shifted->lse)) << lens.size() << " requests: lse";
+    // And the shifted run against the float64 oracle.
+    const oracle::KvValues kv = shifted->cache->values();
+    attn::expect_outputs_near(
+        *shifted, oracle::attention(attn::oracle_batch(*shifted), attn::q_values(*shifted), kv),
+        attn::max_abs(kv.v), shifted->device, "oracle");
   }
 }
 
