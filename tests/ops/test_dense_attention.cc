@@ -85,6 +85,23 @@ std::vector<NamedSpec> dense_specs() {
     s.seed = 5;
     v.push_back({"E4m3NoneF16", s});
   }
+  {
+    // NaN in every slot past each request's length (K, V and scales): never visible, so the
+    // outputs must not change. bf16, and e4m3 with per-token-head scales.
+    BatchSpec s;
+    s.seq_lens = {2049, 130, 77};
+    s.query_lens = {3, 130, 1};
+    s.nan_past_len = true;
+    s.seed = 6;
+    v.push_back({"NanPastLengthBf16", s});
+    s.num_q_heads = 8;
+    s.seq_lens = {1001, 300};
+    s.query_lens = {4, 2};
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerTokenHead;
+    s.seed = 7;
+    v.push_back({"NanPastLengthE4m3PerToken", s});
+  }
   return v;
 }
 
