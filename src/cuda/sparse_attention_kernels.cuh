@@ -418,15 +418,14 @@ __global__ void __launch_bounds__(kAttnThreads)
   // token stride), so the loop's index arithmetic is 32-bit and incremental.
   // That last subtile may reach past the position: its keys there get P = 0, but their V rows
   // still enter the P.V MMA, where a NaN or Inf in a slot not written yet would give 0 * NaN.
-  // load_tile reads the row's last visible key (row tail_last of subtile (tail_li, tail_sb)) and
-  // its scales in their place, a finite value whose product with 0 is 0.
+  // load_tile reads the row's last visible key (row tail_last of subtile tail_i, the last
+  // visible one) and its scales in their place, a finite value whose product with 0 is 0.
   int n_valid = n_sel * spb;
-  int tail_li = -1, tail_sb = 0, tail_last = 15;
+  int tail_i = -1, tail_last = 15;
   if (n_sel > 0 && s_list_id[n_sel - 1] == own) {
     const int in_block = static_cast<int>(pos - own * bs);
     n_valid = (n_sel - 1) * spb + in_block / 16 + 1;
-    tail_li = n_sel - 1;
-    tail_sb = in_block / 16;
+    tail_i = n_valid - 1;
     tail_last = in_block % 16;
   }
   const int sub_begin = split * prm.subtiles_per_split;
@@ -454,21 +453,8 @@ __global__ void __launch_bounds__(kAttnThreads)
     float ksc[per_token ? 4 : 1];
     float vsc[per_token ? 4 : 1];
   };
-  // Subtile (li, sb): the sb-th 16-key subtile of list entry li.
-  auto load_tile = [&](int li, int sb, Tile& t) {
-    const int64_t page = s_list_page[li];
-    const int off = sb * 16;
-    const CacheT* kb = k_head + page * prm.k_stride_page + off * k_tok;
-    const CacheT* vb = v_head + page * prm.v_stride_page + off * v_tok;
-    // Rows past the position read the last visible one (see tail_last).
-    const int last = li == tail_li && sb == tail_sb ? tail_last : 15;
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-      for (int tt = 0; tt < kChunks; ++tt) {
-        t.kr[nt][tt] = __ldg(reinterpret_cast<const Raw*>(kb + k_lane[nt] + 32 * tt));
-      }
-    }
+  // V rows and scales of a subtile, rows past `last` replaced by row `last`.
+  auto load_v_rows = [&](int64_t page, int off, const CacheT* vb, int last, Tile& t) {
 #pragma unroll
     for (int q4 = 0; q4 < 4; ++q4) {
       const int v_off = v_row(q4) <= last ? v_lane[q4] : last * v_tok + 8 * g;
@@ -485,6 +471,34 @@ __global__ void __launch_bounds__(kAttnThreads)
         t.ksc[q4] = scale_at(prm.k_scale, prm.ks_stride_head, prm.ks_stride_slot, kvh, slot);
         t.vsc[q4] = scale_at(prm.v_scale, prm.vs_stride_head, prm.vs_stride_slot, kvh, slot);
       }
+    }
+  };
+  // Subtile ti = (li, sb): the sb-th 16-key subtile of list entry li.
+  auto load_tile = [&](int ti, int li, int sb, Tile& t) {
+    const int64_t page = s_list_page[li];
+    const int off = sb * 16;
+    const CacheT* kb = k_head + page * prm.k_stride_page + off * k_tok;
+    const CacheT* vb = v_head + page * prm.v_stride_page + off * v_tok;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int tt = 0; tt < kChunks; ++tt) {
+        t.kr[nt][tt] = __ldg(reinterpret_cast<const Raw*>(kb + k_lane[nt] + 32 * tt));
+      }
+    }
+    // Rows past the position (only in subtile tail_i) read the last visible one (see
+    // tail_last). For 16-bit K/V the test is a branch (uniform across the warp), so the other
+    // subtiles' loads take no clamps: bf16 attention 0.3-0.6 us faster at batch 16-64 on the
+    // H200, while the e4m3 instances were up to 1.4 us slower that way
+    // (bench/results/2026-11-30-attn-tail-branch-16bit-ab/).
+    if constexpr (sizeof(CacheT) == 2) {
+      if (ti == tail_i) {
+        load_v_rows(page, off, vb, tail_last, t);
+      } else {
+        load_v_rows(page, off, vb, 15, t);
+      }
+    } else {
+      load_v_rows(page, off, vb, ti == tail_i ? tail_last : 15, t);
     }
   };
   // Advances (li, sb) by n subtiles along the list.
@@ -633,7 +647,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   auto step = [&](const Tile& cur, Tile& next) {
     int li2 = li, sb2 = sb;
     advance(li2, sb2, kAttnWarps);
-    if (i + kAttnWarps < sub_end) load_tile(li2, sb2, next);
+    if (i + kAttnWarps < sub_end) load_tile(i + kAttnWarps, li2, sb2, next);
     process(li, sb, cur);
     i += kAttnWarps;
     li = li2;
@@ -641,7 +655,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   };
   if constexpr (kTwoBuffers) {
     Tile ta, tb;
-    if (i < sub_end) load_tile(li, sb, ta);
+    if (i < sub_end) load_tile(i, li, sb, ta);
     while (i < sub_end) {
       step(ta, tb);
       if (i >= sub_end) break;
@@ -651,14 +665,14 @@ __global__ void __launch_bounds__(kAttnThreads)
     Tile cur, next;
     int li1 = li, sb1 = sb;
     advance(li1, sb1, kAttnWarps);
-    if (i < sub_end) load_tile(li, sb, cur);
-    if (i + kAttnWarps < sub_end) load_tile(li1, sb1, next);
+    if (i < sub_end) load_tile(i, li, sb, cur);
+    if (i + kAttnWarps < sub_end) load_tile(i + kAttnWarps, li1, sb1, next);
     scale_q();
     while (i < sub_end) {
       int li2 = li1, sb2 = sb1;
       advance(li2, sb2, kAttnWarps);
       Tile far;
-      if (i + 2 * kAttnWarps < sub_end) load_tile(li2, sb2, far);
+      if (i + 2 * kAttnWarps < sub_end) load_tile(i + 2 * kAttnWarps, li2, sb2, far);
       process(li, sb, cur);
       cur = next;
       next = far;
@@ -670,7 +684,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
   } else {
     Tile cur;
-    if (i < sub_end) load_tile(li, sb, cur);
+    if (i < sub_end) load_tile(i, li, sb, cur);
     while (i < sub_end) {
       Tile next;
       step(cur, next);
