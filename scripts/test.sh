@@ -25,6 +25,8 @@ if python3 -c "import torch" >/dev/null 2>&1; then
   MSA_WITH_CUDA=$py_cuda MAX_JOBS=$JOBS python3 -m pip install -q --no-build-isolation --no-deps \
     ./python
   python3 -m pytest -q tests/python
+  # The README's integration example, on the CPU (a few seconds).
+  python3 examples/engine_integration.py --device cpu
 else
   echo "python tests: SKIPPED (torch is not installed; pip install torch to run them)"
 fi
