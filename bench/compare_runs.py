@@ -7,7 +7,9 @@ Prints, per cache dtype, the ratio NEW / OLD of each stage's median time (median
 over the configurations both runs have), the configurations whose step moved in or out of the
 issue's target (1.10 x floor + 8 us), and the configurations whose `--stage` ratio lies outside
 1 +- tolerance. The exit status is 1 when there are any of the last kind (or a configuration
-failed its CHECK), so "the numbers reproduce within noise" is one command; 0 otherwise. Between
+failed its CHECK), so "the numbers reproduce within noise" is one command; 0 otherwise; 2 when
+an argument is bad (a file that is missing or not a decode_bench.py result, a negative
+tolerance), with a message naming it. Between
 device sessions on the H200 the memory-bound figures move by about 2-3% (bench/README.md).
 """
 import argparse
@@ -20,12 +22,30 @@ STAGES = ("insert", "index", "attn", "step")
 Key = Tuple[int, int, int, bool, str]
 
 
+def check_row(r: dict) -> None:
+    """KeyError or TypeError when a row lacks a field compare() reads."""
+    for s in STAGES:
+        float(r["times"][s]["median_us"])
+    float(r["step_over_target"])
+    bool(r["check"]["ok"])
+
+
 def load(path: str) -> Dict[Key, dict]:
-    with open(path) as f:
-        run = json.load(f)
-    rows = {}
-    for r in run["rows"]:
-        rows[(r["ctx"], r["B"], r["qlen"], bool(r["ragged"]), r["dtype"])] = r
+    """The rows of a decode_bench.py JSON file by configuration; ValueError naming the file and
+    what is wrong with it otherwise."""
+    try:
+        with open(path) as f:
+            run = json.load(f)
+        rows = {}
+        for r in run["rows"]:
+            check_row(r)
+            rows[(r["ctx"], r["B"], r["qlen"], bool(r["ragged"]), r["dtype"])] = r
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read it ({e.strerror})") from e
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e})") from e
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a decode_bench.py result (missing {e})") from e
     return rows
 
 
@@ -83,7 +103,14 @@ def main(argv: List[str] = None) -> int:
     p.add_argument("--stage", choices=STAGES, default="step",
                    help="stage whose ratio is held to the tolerance (default step)")
     a = p.parse_args(argv)
-    lines, bad = compare(load(a.old), load(a.new), a.tolerance, a.stage)
+    if not a.tolerance >= 0:
+        p.error(f"--tolerance must be at least 0, got {a.tolerance}")
+    try:
+        old, new = load(a.old), load(a.new)
+    except ValueError as e:
+        print(f"compare_runs: {e}", file=sys.stderr)
+        return 2
+    lines, bad = compare(old, new, a.tolerance, a.stage)
     print("\n".join(lines))
     return 1 if bad else 0
 

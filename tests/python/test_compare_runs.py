@@ -51,3 +51,26 @@ def test_outside_tolerance_and_failed_check_exit_1(tmp_path, capsys) -> None:
     assert "8K x 4 x 1 uniform bf16: CHECK failed in NEW (bad)" in out
     # A looser tolerance still fails on the CHECK.
     assert compare_runs.main([old, new, "--tolerance", "0.2"]) == 1
+
+
+def test_bad_arguments_exit_2_naming_them(tmp_path, capsys) -> None:
+    good = _write(tmp_path / "good.json", [_row(8192, 1, "bf16", 20.0, 1.5)])
+    missing = str(tmp_path / "missing.json")
+    assert compare_runs.main([missing, good]) == 2
+    assert f"compare_runs: {missing}: cannot read it" in capsys.readouterr().err
+    not_json = tmp_path / "not.json"
+    not_json.write_text("{")
+    assert compare_runs.main([good, str(not_json)]) == 2
+    assert f"{not_json}: not JSON" in capsys.readouterr().err
+    foreign = _write(tmp_path / "foreign.json", [{"ctx": 8192}])
+    assert compare_runs.main([good, foreign]) == 2
+    assert f"{foreign}: not a decode_bench.py result (missing 'times')" in capsys.readouterr().err
+    no_times = dict(_row(8192, 1, "bf16", 20.0, 1.5), times={})
+    partial = _write(tmp_path / "partial.json", [no_times])
+    assert compare_runs.main([good, partial]) == 2
+    assert f"{partial}: not a decode_bench.py result (missing 'insert')" in capsys.readouterr().err
+    try:
+        compare_runs.main([good, good, "--tolerance", "-1"])
+    except SystemExit as e:
+        assert e.code == 2
+    assert "--tolerance must be at least 0, got -1.0" in capsys.readouterr().err
