@@ -123,16 +123,35 @@ class KvCacheFixture {
 
   const CacheSpec& spec() const { return spec_; }
 
+  // Refills the stored values drawn in logical order (page, KV head, slot, K then V, dim), the
+  // same for every layout and seed, and uploads them: caches of different layouts then hold the
+  // same values.
+  void fill_logical(uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    const double range = spec_.dtype == DType::kE4M3 ? 4.0 : 1.0;
+    std::uniform_real_distribution<double> value(-range, range);
+    for (int64_t p = 0; p < spec_.num_blocks; ++p) {
+      for (int64_t g = 0; g < spec_.num_kv_heads; ++g) {
+        for (int64_t t = 0; t < spec_.block_size; ++t) {
+          for (int64_t s = 0; s < 2; ++s) {
+            for (int64_t e = 0; e < spec_.head_dim; ++e) {
+              storage_.set(storage_index(s, p, g, t, e), value(rng));
+            }
+          }
+        }
+      }
+    }
+    storage_.upload();
+  }
+
   // NaN in K, V and (per-token-head) their scales of slots [t_begin, block_size) of page `page`,
   // every KV head: what an unwritten slot past a request's length may hold. No key there is
   // visible, so no output may change.
   void poison_tail(int64_t page, int64_t t_begin) {
     const double nan = std::numeric_limits<double>::quiet_NaN();
     const int64_t d = spec_.head_dim;
-    // Storage index of element e of side s (0 = K, 1 = V) of head g, slot t of the page.
     auto at = [&](int64_t s, int64_t g, int64_t t, int64_t e) {
-      return spec_.layout == Layout::kPacked ? std::vector<int64_t>{page, g, t, s * d + e}
-                                             : std::vector<int64_t>{page, s, t, g, e};
+      return storage_index(s, page, g, t, e);
     };
     for (int64_t g = 0; g < spec_.num_kv_heads; ++g) {
       for (int64_t t = t_begin; t < spec_.block_size; ++t) {
@@ -217,6 +236,12 @@ class KvCacheFixture {
   }
 
  private:
+  // Storage index of element e of side s (0 = K, 1 = V) of KV head g, slot t of page p.
+  std::vector<int64_t> storage_index(int64_t s, int64_t p, int64_t g, int64_t t, int64_t e) const {
+    return spec_.layout == Layout::kPacked ? std::vector<int64_t>{p, g, t, s * spec_.head_dim + e}
+                                           : std::vector<int64_t>{p, s, t, g, e};
+  }
+
   // Stored element of side s (0 = K, 1 = V) read through the layout's strides.
   double stored(int s, int64_t p, int64_t g, int64_t t, int64_t e) const {
     const std::vector<int64_t>& st = storage_.strides();
@@ -260,6 +285,7 @@ struct BatchSpec {
   bool own_block = true;          // the row's own block is always selected
   bool shared_pages = false;      // used table entries drawn with repetition from 24 pages
   bool nan_past_len = false;      // NaN in the slots of each request's last page past its length
+  bool logical_kv_fill = false;   // cache values independent of the layout (fill_logical)
   Layout layout = Layout::kPacked;
   DType cache_dtype = DType::kBF16;
   KvScaleMode scale_mode = KvScaleMode::kNone;
@@ -325,6 +351,7 @@ inline std::unique_ptr<Batch> make_batch(const BatchSpec& spec, const Device& de
   cs.head_dim = spec.head_dim;
   cs.num_blocks = spec.shared_pages ? 24 : used_total + 3;
   b->cache = std::make_unique<KvCacheFixture>(cs, device, spec.seed * 4 + 1);
+  if (spec.logical_kv_fill) b->cache->fill_logical(spec.seed * 4 + 5);
 
   std::mt19937_64 bt_rng(spec.seed * 4 + 2);
   if (spec.shared_pages) {

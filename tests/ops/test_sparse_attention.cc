@@ -399,6 +399,60 @@ TEST(SparseAttention, DeterministicAcrossThreadCounts) {
   EXPECT_TRUE(attn::same_bytes(one->lse, many->lse));
 }
 
+// The same cache values in the packed, split NHD and split HND layouts give the same bits: the
+// layout changes only addresses, never the arithmetic. On CUDA the batch-3 calls run as
+// thread-block clusters (in-cluster merge) and the 4-row calls of two requests take the merge
+// kernel; head dims 64 and 128, 16-bit and e4m3 caches in every scale mode.
+TEST(SparseAttention, SameBitsInEveryCacheLayout) {
+  MSA_REQUIRE_TEST_DEVICE();
+  struct Case {
+    DType cache;
+    KvScaleMode mode;
+    int64_t head_dim;
+    int query_len;
+    std::vector<int64_t> seq_lens;
+  };
+  const std::vector<Case> cases = {
+      {DType::kBF16, KvScaleMode::kNone, 128, 1, {2049, 700, 4000}},
+      {DType::kBF16, KvScaleMode::kNone, 64, 1, {300, 2500, 1800}},
+      {DType::kF16, KvScaleMode::kNone, 128, 1, {3000, 129, 2048}},
+      {DType::kE4M3, KvScaleMode::kPerLayer, 128, 1, {2049, 700, 4000}},
+      {DType::kE4M3, KvScaleMode::kNone, 64, 1, {1000, 3333, 17}},
+      {DType::kE4M3, KvScaleMode::kPerTokenHead, 128, 1, {2049, 700, 4000}},
+      {DType::kBF16, KvScaleMode::kNone, 128, 4, {2049, 3000}},
+  };
+  uint64_t seed = 131;
+  for (const Case& c : cases) {
+    BatchSpec s;
+    s.num_q_heads = 32;
+    s.num_kv_heads = 2;
+    s.head_dim = c.head_dim;
+    s.query_len = c.query_len;
+    s.seq_lens = c.seq_lens;
+    s.cache_dtype = c.cache;
+    s.scale_mode = c.mode;
+    s.layer_k_scale = 0.37;
+    s.layer_v_scale = 0.011;
+    s.logical_kv_fill = true;
+    s.seed = seed++;
+    const std::string what = std::string(dtype_name(c.cache)) + " mode " +
+                             std::to_string(static_cast<int>(c.mode)) + " D " +
+                             std::to_string(c.head_dim) + " qlen " + std::to_string(c.query_len);
+    s.layout = Layout::kPacked;
+    std::unique_ptr<Batch> packed = attn::make_batch(s, test::test_device());
+    ASSERT_TRUE(attn::run_batch(*packed).ok()) << what;
+    EXPECT_EQ(packed->flags.get_flat(0), 0) << what;
+    for (Layout layout : {Layout::kSplitNhd, Layout::kSplitHnd}) {
+      s.layout = layout;
+      std::unique_ptr<Batch> other = attn::make_batch(s, test::test_device());
+      ASSERT_TRUE(attn::run_batch(*other).ok()) << what;
+      const std::string name = what + (layout == Layout::kSplitNhd ? ", NHD" : ", HND");
+      EXPECT_TRUE(attn::same_bytes(packed->out, other->out)) << name << ": out differs";
+      EXPECT_TRUE(attn::same_bytes(packed->lse, other->lse)) << name << ": lse differs";
+    }
+  }
+}
+
 // The fp8 scales are applied: the scaled result matches its oracle (MatchesOracle cases) and
 // differs clearly from the result of the same stored bytes read without scales.
 TEST(SparseAttention, Fp8ScalesChangeTheResult) {
