@@ -79,7 +79,6 @@ __global__ void flush_kernel(uint4* f, int64_t n) {
     f[i] = make_uint4(i, 0, 0, 0);
 }
 
-
 template <typename K, typename... A>
 void launch(K kernel, int ctas, int threads, size_t smem, int cluster, A... args) {
   cudaLaunchConfig_t cfg = {};
@@ -126,11 +125,18 @@ int main() {
       flush_kernel<<<264, 1024>>>(fl, flushb / 16);
       cudaEventRecord(e0);
       if (mode[0] == 'l') {
-        if (threads == 128) launch(ldg_kernel<32>, ctas, threads, 0, cluster, (const uint4*)buf, stride / 16, sink, st);
-        else if (threads == 512) launch(ldg_kernel<8>, ctas, threads, 0, cluster, (const uint4*)buf, stride / 16, sink, st);
-        else launch(ldg_kernel<4>, ctas, threads, 0, cluster, (const uint4*)buf, stride / 16, sink, st);
+        if (threads == 128)
+          launch(ldg_kernel<32>, ctas, threads, 0, cluster, (const uint4*)buf, stride / 16, sink,
+                 st);
+        else if (threads == 512)
+          launch(ldg_kernel<8>, ctas, threads, 0, cluster, (const uint4*)buf, stride / 16, sink,
+                 st);
+        else
+          launch(ldg_kernel<4>, ctas, threads, 0, cluster, (const uint4*)buf, stride / 16, sink,
+                 st);
       } else {
-        launch(bulk_kernel, ctas, threads, kb * 1024, cluster, (const char*)buf, stride, kb * 1024, chunk, sink, st);
+        launch(bulk_kernel, ctas, threads, kb * 1024, cluster, (const char*)buf, stride, kb * 1024,
+               chunk, sink, st);
       }
       cudaEventRecord(e1);
       cudaEventSynchronize(e1);
@@ -145,9 +151,13 @@ int main() {
       med.push_back(d[d.size() / 2]);
       mx.push_back(d.back());
     }
-    auto m = [](auto v) { std::sort(v.begin(), v.end()); return (double)v[v.size() / 2]; };
-    printf("%-5s ctas %3d cluster %2d thr %4d chunk %5d | event %6.2f cta_med %6.2f cta_max %6.2f\n",
-           mode, ctas, cluster, threads, chunk, m(ev), m(med), m(mx));
+    auto m = [](auto v) {
+      std::sort(v.begin(), v.end());
+      return (double)v[v.size() / 2];
+    };
+    printf(
+        "%-5s ctas %3d cluster %2d thr %4d chunk %5d | event %6.2f cta_med %6.2f cta_max %6.2f\n",
+        mode, ctas, cluster, threads, chunk, m(ev), m(med), m(mx));
   };
   for (int cl : {1, 16}) {
     run("ldg", 16, cl, 128, 0);
