@@ -9,8 +9,8 @@ issue's target (1.10 x floor + 8 us), and the configurations whose `--stage` rat
 1 +- tolerance. The exit status is 1 when there are any of the last kind (or a configuration
 failed its CHECK), so "the numbers reproduce within noise" is one command; 0 otherwise; 2 when
 an argument is bad (a file that is missing or not a decode_bench.py result, a negative
-tolerance), with a message naming it. Between
-device sessions on the H200 the memory-bound figures move by about 2-3% (bench/README.md).
+tolerance), with a message naming it. Between device sessions on the H200 the memory-bound
+figures move by about 2-3% (bench/README.md).
 """
 import argparse
 import json

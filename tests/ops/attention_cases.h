@@ -70,6 +70,9 @@ struct CacheSpec {
   // Per-token-head mode: scales in [token_scale_lo, token_scale_hi), uniform or log-uniform.
   double token_scale_lo = 0.05, token_scale_hi = 0.5;
   bool token_scale_log = false;
+  // Values drawn in logical order (page, KV head, slot, K then V, dim) instead of storage order:
+  // caches of different layouts and the same seed then hold the same values.
+  bool logical_fill = false;
 };
 
 // A main KV cache with random contents (bf16/f16 in [-1, 1), e4m3 stored values in [-4, 4))
@@ -95,7 +98,21 @@ class KvCacheFixture {
     }
     std::mt19937_64 rng(seed);
     const double range = spec.dtype == DType::kE4M3 ? 4.0 : 1.0;
-    storage_.fill_uniform(rng, -range, range);
+    if (spec.logical_fill) {
+      std::uniform_real_distribution<double> value(-range, range);
+      for (int64_t p = 0; p < nb; ++p) {
+        for (int64_t g = 0; g < hkv; ++g) {
+          for (int64_t t = 0; t < bs; ++t) {
+            for (int64_t s = 0; s < 2; ++s) {
+              for (int64_t e = 0; e < d; ++e)
+                storage_.set(storage_index(s, p, g, t, e), value(rng));
+            }
+          }
+        }
+      }
+    } else {
+      storage_.fill_uniform(rng, -range, range);
+    }
     storage_.upload();
     if (spec.mode == KvScaleMode::kPerLayer) {
       k_scale_ = TestTensor(DType::kF32, {1}, device);
@@ -122,27 +139,6 @@ class KvCacheFixture {
   }
 
   const CacheSpec& spec() const { return spec_; }
-
-  // Refills the stored values drawn in logical order (page, KV head, slot, K then V, dim), the
-  // same for every layout and seed, and uploads them: caches of different layouts then hold the
-  // same values.
-  void fill_logical(uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    const double range = spec_.dtype == DType::kE4M3 ? 4.0 : 1.0;
-    std::uniform_real_distribution<double> value(-range, range);
-    for (int64_t p = 0; p < spec_.num_blocks; ++p) {
-      for (int64_t g = 0; g < spec_.num_kv_heads; ++g) {
-        for (int64_t t = 0; t < spec_.block_size; ++t) {
-          for (int64_t s = 0; s < 2; ++s) {
-            for (int64_t e = 0; e < spec_.head_dim; ++e) {
-              storage_.set(storage_index(s, p, g, t, e), value(rng));
-            }
-          }
-        }
-      }
-    }
-    storage_.upload();
-  }
 
   // NaN in K, V and (per-token-head) their scales of slots [t_begin, block_size) of page `page`,
   // every KV head: what an unwritten slot past a request's length may hold. No key there is
@@ -285,7 +281,7 @@ struct BatchSpec {
   bool own_block = true;          // the row's own block is always selected
   bool shared_pages = false;      // used table entries drawn with repetition from 24 pages
   bool nan_past_len = false;      // NaN in the slots of each request's last page past its length
-  bool logical_kv_fill = false;   // cache values independent of the layout (fill_logical)
+  bool logical_kv_fill = false;   // cache values independent of the layout (logical_fill)
   Layout layout = Layout::kPacked;
   DType cache_dtype = DType::kBF16;
   KvScaleMode scale_mode = KvScaleMode::kNone;
@@ -346,12 +342,12 @@ inline std::unique_ptr<Batch> make_batch(const BatchSpec& spec, const Device& de
   cs.token_scale_lo = spec.token_scale_lo;
   cs.token_scale_hi = spec.token_scale_hi;
   cs.token_scale_log = spec.token_scale_log;
+  cs.logical_fill = spec.logical_kv_fill;
   cs.num_kv_heads = spec.num_kv_heads;
   cs.block_size = bs;
   cs.head_dim = spec.head_dim;
   cs.num_blocks = spec.shared_pages ? 24 : used_total + 3;
   b->cache = std::make_unique<KvCacheFixture>(cs, device, spec.seed * 4 + 1);
-  if (spec.logical_kv_fill) b->cache->fill_logical(spec.seed * 4 + 5);
 
   std::mt19937_64 bt_rng(spec.seed * 4 + 2);
   if (spec.shared_pages) {
