@@ -201,6 +201,72 @@ __device__ __forceinline__ int count_above(const uint64_t* keys, int n, uint64_t
   return above;
 }
 
+// Largest keys a warp tournament selects (tournament_threshold).
+constexpr int kTournamentKeys = 16;
+// Rows of at most this many visible blocks keep the rank count, which then runs on the two warps
+// that hold them and costs less than the tournament's eight: with the tournament the 8K index
+// calls (64 columns) were 0.5-1.5 us slower on the H200, the 32K ones (256 columns) 0.3-1.4 us
+// faster (bench/results/2026-12-01-select-tournament-rolled/).
+constexpr int64_t kTournamentMinBlocks = 64;
+
+// The kept-th largest of the CTA's keys (one per thread, 0 for none; keys distinct where
+// nonzero), for 1 <= kept <= kTournamentKeys, by every thread of the CTA: each warp sorts its 32
+// keys with a bitonic network of shuffles and offers its 16 largest, then warps merge pairs of
+// sorted lists (the larger of A[i] and B[15 - i] is a bitonic sequence holding their 16
+// largest, which a four-stage bitonic merge sorts) until one list is left: 15 + 3 x 4 shuffle
+// stages and four CTA barriers, against the rank count's 256 x 256 comparisons through shared
+// memory at 256 columns. The loops stay rolled: the select kernel runs alone on its SM with cold
+// instruction caches (at 32K x 1 the warps spent 46% of their stalled cycles waiting for
+// instructions, Nsight Compute): unrolled, the network took the kernel 1.4 us longer than with
+// these loops, and no less time than the count
+// (bench/results/2026-12-01-select-tournament-rolled/). Uses sm.keys; returns after a barrier,
+// so sm.keys may be reused at once.
+__device__ uint64_t tournament_threshold(uint64_t key, int64_t kept, SelectSmem& sm) {
+  static_assert(
+      kSelectWarps * kTournamentKeys + kSelectWarps / 2 * kTournamentKeys <= kSelectThreads,
+      "both merge buffers fit sm.keys");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // Ascending sort of the warp's keys: lane 31 ends with the largest.
+  uint64_t v = key;
+#pragma unroll 1
+  for (int size = 2; size <= 32; size <<= 1) {
+#pragma unroll 1
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      const uint64_t other = __shfl_xor_sync(0xFFFFFFFFu, v, stride);
+      const bool take_min = ((lane & stride) == 0) == ((lane & size) == 0);
+      v = take_min ? min(v, other) : max(v, other);
+    }
+  }
+  // List w, descending, at sm.keys[16 w + r]; merged lists go to the other buffer.
+  uint64_t* in = sm.keys;
+  uint64_t* out = sm.keys + kSelectWarps * kTournamentKeys;
+  if (lane >= 32 - kTournamentKeys) in[warp * kTournamentKeys + (31 - lane)] = v;
+  __syncthreads();
+#pragma unroll 1
+  for (int lists = kSelectWarps; lists > 1; lists >>= 1) {
+    if (warp < lists / 2) {
+      const int i = lane & (kTournamentKeys - 1);
+      const uint64_t a = in[(2 * warp) * kTournamentKeys + i];
+      const uint64_t b = in[(2 * warp + 1) * kTournamentKeys + (kTournamentKeys - 1 - i)];
+      uint64_t m = max(a, b);
+      // Descending bitonic merge over lanes 0-15 (lanes 16-31 repeat them).
+#pragma unroll 1
+      for (int stride = kTournamentKeys / 2; stride > 0; stride >>= 1) {
+        const uint64_t other = __shfl_xor_sync(0xFFFFFFFFu, m, stride);
+        m = (i & stride) == 0 ? max(m, other) : min(m, other);
+      }
+      if (lane < kTournamentKeys) out[warp * kTournamentKeys + i] = m;
+    }
+    __syncthreads();
+    uint64_t* t = in;
+    in = out;
+    out = t;
+  }
+  const uint64_t threshold = in[kept - 1];
+  __syncthreads();  // sm.keys is the caller's again
+  return threshold;
+}
+
 // Selects the row's kept blocks among its keys >= lower (a bound that at least kept keys reach):
 // they are packed into shared memory in block order (keys[] of a thread are consecutive blocks,
 // threads in block order), each ranked among the others, and the kept ones written ascending
@@ -246,9 +312,11 @@ __device__ bool select_candidates(const IndexSelectParams& prm, int64_t row, int
 // The kept blocks of one (row, head) among its nvb <= kSelectThreads visible blocks, by all
 // kSelectThreads threads of the calling CTA: thread b passes block b's score (ignored for b >=
 // nvb). A block is kept when fewer than `kept` keys exceed it (keys are distinct, so exactly
-// min(topk, nvb) are). Counting ranks against the keys in shared memory costs one pass of nvb
-// broadcast reads per warp that holds a visible block and two CTA barriers, where the radix
-// descent needs two barriers per 8-bit digit it resolves. Same total order, same output.
+// min(topk, nvb) are): when it reaches the kept-th largest key, which a warp tournament finds
+// for rows of more than kTournamentMinBlocks blocks and top-k up to kTournamentKeys; otherwise
+// by counting ranks against the keys in shared memory (one pass of nvb broadcast reads per warp
+// that holds a visible block and two CTA barriers, where the radix descent needs two barriers
+// per 8-bit digit it resolves). Same total order, same output.
 __device__ void write_row_topk_by_rank(const IndexSelectParams& prm, int64_t row, int64_t h,
                                        float raw, int64_t nvb, SelectSmem& sm) {
   const int tid = threadIdx.x;
@@ -257,7 +325,12 @@ __device__ void write_row_topk_by_rank(const IndexSelectParams& prm, int64_t row
   const uint64_t key =
       visible ? selection_key(raw, tid, nvb, prm.init_blocks, prm.local_blocks) : 0;
   bool keep = visible;
-  if (nvb > kept) {
+  if (nvb > kept && nvb > kTournamentMinBlocks && kept <= kTournamentKeys) {
+    // Called by every thread (shuffles and barriers), not behind `visible`. Keys are distinct,
+    // so exactly `kept` reach the kept-th largest.
+    const uint64_t threshold = tournament_threshold(key, kept, sm);
+    keep = visible && key >= threshold;
+  } else if (nvb > kept) {
     sm.keys[tid] = key;
     __syncthreads();
     if ((tid & ~31) < nvb) {  // warp-uniform: warps without a visible block skip the count

@@ -542,43 +542,56 @@ void run_and_check_rows(Batch& b) {
               [&](int64_t h, int64_t t) { return oracle::index_topk_row(b.oracle_in, t, h); });
 }
 
+// Rows of 31 and 101 blocks: the CUDA narrow-table selection counts ranks for the first and runs
+// its warp tournament for the second (more than 64 blocks), the wide table its candidate path.
 TEST(IndexTopk, EqualScoresGoToLowerBlockIds) {
   MSA_REQUIRE_TEST_DEVICE();
-  BatchSpec s;
-  s.heads = 2;
-  s.query_len = 1;
-  s.seq_lens = {128 * 30 + 5};
-  s.seed = 14;
-  for (int64_t cols : {int64_t{0}, kWideTable}) {  // both CUDA selection paths
-    s.table_cols = cols;
-    Batch b = make_batch(s, test_device());
-    // Every key identical: all blocks score the same, so blocks 0..14 plus the own block 30.
-    for (int64_t i = 0; i < b.index_cache.numel(); ++i)
-      b.index_cache.set_flat(i, ((i % s.head_dim) % 5 - 2) / 8.0);
-    run_with_edited_cache(b);
-    std::vector<int32_t> want;
-    for (int32_t i = 0; i < 15; ++i) want.push_back(i);
-    want.push_back(30);
-    for (int64_t h = 0; h < 2; ++h) {
-      EXPECT_EQ(out_row(b.topk_out, h, 0), want);
-      EXPECT_EQ(oracle::index_topk_row(b.oracle_in, 0, h), want);
+  for (const int32_t own : {30, 100}) {
+    BatchSpec s;
+    s.heads = 2;
+    s.query_len = 1;
+    s.seq_lens = {128 * int64_t{own} + 5};
+    s.seed = 14;
+    for (int64_t cols : {int64_t{0}, kWideTable}) {  // both CUDA selection paths
+      SCOPED_TRACE("own block " + std::to_string(own) + ", " + std::to_string(cols) + " columns");
+      s.table_cols = cols;
+      Batch b = make_batch(s, test_device());
+      // Every key identical: all blocks score the same, so blocks 0..14 plus the own block.
+      for (int64_t i = 0; i < b.index_cache.numel(); ++i)
+        b.index_cache.set_flat(i, ((i % s.head_dim) % 5 - 2) / 8.0);
+      run_with_edited_cache(b);
+      std::vector<int32_t> want;
+      for (int32_t i = 0; i < 15; ++i) want.push_back(i);
+      want.push_back(own);
+      for (int64_t h = 0; h < 2; ++h) {
+        EXPECT_EQ(out_row(b.topk_out, h, 0), want);
+        EXPECT_EQ(oracle::index_topk_row(b.oracle_in, 0, h), want);
+      }
     }
   }
 }
 
 // Key dtype x query dtype: bf16 x bf16, e4m3 x bf16 and e4m3 x e4m3 (the CUDA scorer's f16 MMA
-// path; every value here is exact in e4m3).
+// path; every value here is exact in e4m3). Rows of 25 and 90 blocks with bf16 keys reach the
+// CUDA narrow-table selection's rank count and its warp tournament.
 TEST(IndexTopk, NanKeysRankBelowRealScores) {
   MSA_REQUIRE_TEST_DEVICE();
-  const std::pair<DType, DType> dtypes[] = {
-      {DType::kBF16, DType::kBF16}, {DType::kE4M3, DType::kBF16}, {DType::kE4M3, DType::kE4M3}};
-  for (const auto& [k_dtype, q_dtype] : dtypes) {
-    SCOPED_TRACE(std::string(dtype_name(k_dtype)) + " keys, " + dtype_name(q_dtype) + " queries");
+  struct Case {
+    DType k_dtype, q_dtype;
+    int64_t blocks;
+  };
+  const Case cases[] = {{DType::kBF16, DType::kBF16, 25},
+                        {DType::kBF16, DType::kBF16, 90},
+                        {DType::kE4M3, DType::kBF16, 25},
+                        {DType::kE4M3, DType::kE4M3, 25}};
+  for (const auto& [k_dtype, q_dtype, blocks] : cases) {
+    SCOPED_TRACE(std::string(dtype_name(k_dtype)) + " keys, " + dtype_name(q_dtype) +
+                 " queries, " + std::to_string(blocks) + " blocks");
     BatchSpec s;
     s.k_dtype = k_dtype;
     s.q_dtype = q_dtype;
     s.query_len = 1;
-    s.seq_lens = {128 * 24 + 1};
+    s.seq_lens = {128 * (blocks - 1) + 1};
     s.seed = 15;
     s.table_cols = k_dtype == DType::kBF16 ? 0 : kWideTable;  // both CUDA selection paths
     Batch b = make_batch(s, test_device());
@@ -627,7 +640,8 @@ TEST(IndexTopk, WideTableWithLowSamplesSelectsExactly) {
 
 // The CUDA selection over row lengths around its switch points, top-k around the warp tops'
 // capacity (32 at 8 selecting warps) and scores in four orders. Narrow tables (at most 256
-// columns) count every visible block's rank. Wide ones (here 600 columns, 3 blocks per
+// columns) count every visible block's rank, or, for rows of more than 64 blocks and top-k up to
+// 16, find the k-th key by a warp tournament (here top-k 1, 4, 15 and 16). Wide ones (here 600 columns, 3 blocks per
 // selecting thread) rank a candidate set cut by a lower bound on the k-th key: the largest keys
 // of the warps that hold the row's blocks (warp_tops_threshold) when they can gather k of them
 // (at top-16: rows of more than 96 x 3 blocks), else samples; the radix descent when the
@@ -656,7 +670,7 @@ TEST(IndexTopk, SelectionOverLengthsWidthsAndScoreOrders) {
                                             : 0.25;
         });
       }
-      for (int topk : {4, 16, 32, 33}) {
+      for (int topk : {1, 4, 15, 16, 17, 32, 33}) {
         SCOPED_TRACE("order " + std::to_string(static_cast<int>(order)) + ", topk " +
                      std::to_string(topk) + (wide ? ", wide table" : ", narrow table"));
         b.spec.params.topk = topk;
