@@ -585,8 +585,8 @@ TEST(IndexTopk, NanKeysRankBelowRealScores) {
                         {DType::kE4M3, DType::kBF16, 25},
                         {DType::kE4M3, DType::kE4M3, 25}};
   for (const auto& [k_dtype, q_dtype, blocks] : cases) {
-    SCOPED_TRACE(std::string(dtype_name(k_dtype)) + " keys, " + dtype_name(q_dtype) +
-                 " queries, " + std::to_string(blocks) + " blocks");
+    SCOPED_TRACE(std::string(dtype_name(k_dtype)) + " keys, " + dtype_name(q_dtype) + " queries, " +
+                 std::to_string(blocks) + " blocks");
     BatchSpec s;
     s.k_dtype = k_dtype;
     s.q_dtype = q_dtype;
@@ -641,12 +641,12 @@ TEST(IndexTopk, WideTableWithLowSamplesSelectsExactly) {
 // The CUDA selection over row lengths around its switch points, top-k around the warp tops'
 // capacity (32 at 8 selecting warps) and scores in four orders. Narrow tables (at most 256
 // columns) count every visible block's rank, or, for rows of more than 64 blocks and top-k up to
-// 16, find the k-th key by a warp tournament (here top-k 1, 4, 15 and 16). Wide ones (here 600 columns, 3 blocks per
-// selecting thread) rank a candidate set cut by a lower bound on the k-th key: the largest keys
-// of the warps that hold the row's blocks (warp_tops_threshold) when they can gather k of them
-// (at top-16: rows of more than 96 x 3 blocks), else samples; the radix descent when the
-// candidates overflow. Scores that rise, fall or stay equal along the row put a warp's largest
-// keys far apart, so the tops' bound lets most blocks through and the fallbacks run.
+// 16, find the k-th key by a warp tournament (here top-k 1, 4, 15 and 16). Wide ones (here 600
+// columns, 3 blocks per selecting thread) rank a candidate set cut by a lower bound on the k-th
+// key: the largest keys of the warps that hold the row's blocks (warp_tops_threshold) when they can
+// gather k of them (at top-16: rows of more than 96 x 3 blocks), else samples; the radix descent
+// when the candidates overflow. Scores that rise, fall or stay equal along the row put a warp's
+// largest keys far apart, so the tops' bound lets most blocks through and the fallbacks run.
 TEST(IndexTopk, SelectionOverLengthsWidthsAndScoreOrders) {
   MSA_REQUIRE_TEST_DEVICE();
   enum class Order { kRandom, kRising, kFalling, kEqual };
