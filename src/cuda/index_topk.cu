@@ -488,22 +488,25 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
     }
   }
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.num_heads()));
+  const bool narrow = pb.max_blocks() <= kSelectThreads;
   const int keys = select_keys_per_thread(pb.max_blocks());
-  const auto select_kernel = keys == 4   ? index_select_kernel<4>
+  const auto select_kernel = narrow      ? index_select_narrow_kernel
+                             : keys == 4 ? index_select_kernel<4>
                              : keys == 8 ? index_select_kernel<8>
                                          : index_select_kernel<kSelectKeysPerThread>;
+  const char* select_name = narrow ? "index_select_narrow_kernel" : "index_select_kernel";
   if (plan.chunks == 0) {
     // Nothing to score: the select kernel follows whatever the stream ran before, which may
     // have written this call's inputs, so it is launched in stream order.
-    return launch_kernel("index_select_kernel", select_kernel, grid, dim3(kSelectThreads), 0,
-                         cuda_stream, sel);
+    return launch_kernel(select_name, select_kernel, grid, dim3(kSelectThreads), 0, cuda_stream,
+                         sel);
   }
   // A dependent launch: the select CTAs start while the score kernel finishes (early_select:
   // while it runs), resolve their rows (reading only this call's inputs, which the stream
   // finished writing before the score kernel started), and wait for its scores
   // (wait_for_prior_grid).
-  return launch_kernel_dependent("index_select_kernel", select_kernel, grid, dim3(kSelectThreads),
-                                 0, cuda_stream, sel);
+  return launch_kernel_dependent(select_name, select_kernel, grid, dim3(kSelectThreads), 0,
+                                 cuda_stream, sel);
 }
 
 }  // namespace

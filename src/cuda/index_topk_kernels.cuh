@@ -404,8 +404,9 @@ __device__ bool select_wide_by_candidates(const IndexSelectParams& prm, int64_t 
   return select_candidates(prm, row, h, keys, kept, sm.threshold, sm);
 }
 
-// The kept blocks of one (row, head), written in ascending id order with -1 padding, by all
-// kSelectThreads threads of the calling CTA (narrow tables: select_row_topk_by_rank). The K-th
+// The kept blocks of one (row, head) of a table of more than kSelectThreads columns (narrow
+// tables take select_row_topk_by_rank), written in ascending id order with -1 padding, by all
+// kSelectThreads threads of the calling CTA. The K-th
 // largest key is found exactly by an 8-bit radix descent (integer histogram counts are
 // order-independent, hence deterministic); the kept blocks are then written by a block-wide
 // exclusive scan over contiguous per-thread ranges. Every column of the output row is written.
@@ -421,10 +422,6 @@ template <int kKeys>
 __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64_t h,
                                 SelectSmem& sm) {
   static_assert(kKeys <= kSelectKeysPerThread, "keys per thread");
-  if (prm.rows.max_blocks <= kSelectThreads) {
-    select_row_topk_by_rank(prm, row, h, sm);
-    return;
-  }
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t T = prm.rows.num_rows;
   const int64_t max_blocks = prm.rows.max_blocks;
@@ -540,22 +537,29 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
   __syncthreads();  // warp_sums and hist are reused by the caller's next row
 }
 
-// Keys per thread of the select kernel instance for a block table of max_blocks columns. Tables
-// of at most kSelectThreads columns take the rank count, which keeps no key array, on the
-// 16-key instance: its register footprint decides how select CTAs launched with the score CTAs
-// (early_select) share SMs with them, and the 4-key one made such calls up to 1.2 us faster at
-// some shapes and slower at others on the H200 (2026-11-30-index-select-keys-ab/).
+// Keys per thread of the select kernel instance for a block table of more than kSelectThreads
+// columns.
 inline int select_keys_per_thread(int64_t max_blocks) {
   const int64_t per_thread = (max_blocks + kSelectThreads - 1) / kSelectThreads;
-  if (per_thread <= 1) return kSelectKeysPerThread;
   return per_thread <= 4 ? 4 : per_thread <= 8 ? 8 : kSelectKeysPerThread;
 }
 
-// One CTA per (row, head).
+// One CTA per (row, head); tables of more than kSelectThreads columns.
 template <int kKeys>
 __global__ void __launch_bounds__(kSelectThreads) index_select_kernel(const IndexSelectParams prm) {
   __shared__ SelectSmem sm;
   select_row_topk<kKeys>(prm, blockIdx.x, blockIdx.y, sm);
+}
+
+// One CTA per (row, head); tables of at most kSelectThreads columns. A kernel of its own, so that
+// its code is the rank path's alone: one select CTA runs with cold instruction caches at the end
+// of the index call, and its warps spent 46% of their stalled cycles waiting for instructions at
+// 32K x 1 while the path was one branch of the wide-table kernel (Nsight Compute,
+// bench/results/2026-12-01-select-tournament-rolled/).
+__global__ void __launch_bounds__(kSelectThreads)
+    index_select_narrow_kernel(const IndexSelectParams prm) {
+  __shared__ SelectSmem sm;
+  select_row_topk_by_rank(prm, blockIdx.x, blockIdx.y, sm);
 }
 
 // 8 consecutive key elements -> floats. bf16 keys come as one 16-byte load, e4m3 as 8 bytes.
