@@ -24,8 +24,12 @@
 //      16-byte aligned, like other head dims, use the SIMT index_score_kernel.
 //   2. index_select_kernel, grid (T, H): exact selection of the min(topk, nvb) best keys (tier,
 //      score, lower id) and an ascending front-packed write, -1 padded. Block tables of at most
-//      256 columns (contexts up to 32K at block 128) count each visible block's rank against the
-//      row's keys in shared memory; tables up to 4096 columns rank a candidate set cut by a lower
+//      256 columns (contexts up to 32K at block 128) run index_select_narrow_kernel, that path's
+//      code alone (the kernel starts with cold instruction caches: 1.7-2.8 us shorter than as a
+//      branch of the wide-table kernel, bench/results/2026-12-01-select-narrow-kernel/): rows of
+//      more than 64 blocks with top-k up to 16 find the K-th key by a warp tournament, the others
+//      count each visible block's rank against the row's keys in shared memory
+//      (write_row_topk_by_rank); tables up to 4096 columns rank a candidate set cut by a lower
 //      bound on the K-th key, from the warps' largest keys or else from samples
 //      (select_wide_by_candidates); the rest, and candidate sets that come out too large, find
 //      the K-th key by an 8-bit radix descent. On the H200 the rank count took the 8K x 1 index
@@ -70,7 +74,7 @@
 //   batch 8 at 8K on the H200), run index_score_mma_cluster_kernel alone instead: after a cluster
 //   barrier each CTA of a request's cluster ranks the blocks of some of its rows from the block
 //   maxima left in the cluster's shared memory (distributed shared memory), with the select
-//   kernel's keys and rank count, so the top-k bits are the same and no workspace is touched.
+//   kernel's keys and selection, so the top-k bits are the same and no workspace is touched.
 // Both kernels resolve rows through the same RowMap, so padding rows and rows of requests with
 // bad metadata are -1 everywhere. The scorers accumulate in fp32 in a fixed order (SIMT: per
 // lane in dimension order, then a fixed xor butterfly over 8 lanes; MMA: fixed k-step order);

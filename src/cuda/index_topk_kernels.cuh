@@ -927,7 +927,7 @@ __device__ __forceinline__ void fill_query_fragments(const IndexScoreParams& prm
 // chunk][row-head]): CTA c selects row-heads c, c + chunks, ..., its thread b reading block b's
 // maximum from the shared memory of the CTA that scored it. Only visible blocks are read, and
 // every CTA that owns one scored it (a CTA skips its chunk only when no row of the request sees
-// any of its blocks). The keys and the rank count are those of the select kernel, so both paths
+// any of its blocks). The keys and the selection are those of the select kernel, so both paths
 // write the same bits. The tile bounds are recomputed here rather than kept live across the
 // scoring loop, whose registers are at the kernel's limit.
 __device__ void cluster_select_topk(const IndexScoreParams& prm, const IndexSelectParams& sel,
