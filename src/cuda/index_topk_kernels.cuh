@@ -932,6 +932,8 @@ __device__ __forceinline__ void fill_query_fragments(const IndexScoreParams& prm
 // scoring loop, whose registers are at the kernel's limit.
 __device__ void cluster_select_topk(const IndexScoreParams& prm, const IndexSelectParams& sel,
                                     const uint32_t* block_max, SelectSmem& sm) {
+  static_assert(kScoreThreads == kSelectThreads,
+                "write_row_topk_by_rank (rank count, warp tournament) runs on select-kernel CTAs");
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // every CTA's block maxima are final
