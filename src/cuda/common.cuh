@@ -97,10 +97,119 @@ __device__ __forceinline__ void load_floats(const void* p, DType t, const int64_
   }
 }
 
-// Starts fetching the line of `p` into L1 without waiting for it (a value needed a little later,
-// e.g. a sequence length read after the loads that do not depend on it are issued).
-__device__ __forceinline__ void prefetch_l1(const void* p) {
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+// Loads issued where they are written, as raw bits. A plain load can still cost its own round
+// trip: the compiler converts its value right after it when a branch follows (an i32 -> i64 sign
+// extension, a bf16 unpack, a dtype switch), and the thread waits there before it reaches the
+// next load (seen in Nsight Compute source counters, bench/results/2026-12-01-prologue-loads/).
+// An asm volatile load stays in program order with the others, and its value is not touched
+// until the caller converts it, after its other independent loads. ptxas may still sink a load
+// into the conditional block that alone uses its value (st_shared_b16_if). Coherent ld.global:
+// the buffers may be written by an earlier kernel of the stream; not ordered against this
+// thread's own stores (the callers load before they store).
+__device__ __forceinline__ uint32_t ld_raw_u8(const void* p) {
+  uint32_t v;
+  asm volatile("ld.global.u8 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint32_t ld_raw_u16(const void* p) {
+  uint32_t v;
+  asm volatile("ld.global.u16 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint32_t ld_raw_u32(const void* p) {
+  uint32_t v;
+  asm volatile("ld.global.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint2 ld_raw_v2(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint4 ld_raw_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// *p = v (p in shared memory) where `pred`, as one predicated store instead of a branch: a store
+// behind a branch lets ptxas sink the loads that feed it into that branch, one round trip each.
+__device__ __forceinline__ void st_shared_b16_if(bool pred, void* p, uint16_t v) {
+  asm volatile(
+      "{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %0, 0;\n\t@q st.shared.b16 [%1], %2;\n\t}" ::"r"(
+          static_cast<uint32_t>(pred)),
+      "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p))), "h"(v)
+      : "memory");
+}
+
+// Element i of an i32 or i64 index tensor as raw words (one predicated load, no branch);
+// index_value converts it.
+struct RawIndex {
+  uint32_t lo, hi;
+};
+__device__ __forceinline__ RawIndex ld_raw_index(const void* p, bool is_i64, int64_t i) {
+  const char* a = static_cast<const char*>(p) + i * (is_i64 ? 8 : 4);
+  RawIndex r;
+  asm volatile(
+      "{\n\t.reg .pred w;\n\tsetp.ne.u32 w, %2, 0;\n\t"
+      "@w ld.global.v2.u32 {%0, %1}, [%3];\n\t@!w ld.global.u32 %0, [%3];\n\t"
+      "@!w mov.u32 %1, 0;\n\t}"
+      : "=r"(r.lo), "=r"(r.hi)
+      : "r"(static_cast<uint32_t>(is_i64)), "l"(a));
+  return r;
+}
+__device__ __forceinline__ int64_t index_value(RawIndex r, bool is_i64) {
+  return is_i64 ? static_cast<int64_t>((static_cast<uint64_t>(r.hi) << 32) | r.lo)
+                : static_cast<int64_t>(static_cast<int32_t>(r.lo));
+}
+
+// Elements idx[0..N) of a bf16/f16/e4m3/f32 buffer as raw bits, and their conversion: load_floats
+// in two parts, so that other loads can be issued between them.
+template <int N>
+__device__ __forceinline__ void ld_raw_elems(const void* p, DType t, const int64_t (&idx)[N],
+                                             uint32_t (&raw)[N]) {
+  const char* b = static_cast<const char*>(p);
+  switch (t) {
+    case DType::kBF16:
+    case DType::kF16:
+#pragma unroll
+      for (int i = 0; i < N; ++i) raw[i] = ld_raw_u16(b + 2 * idx[i]);
+      break;
+    case DType::kE4M3:
+#pragma unroll
+      for (int i = 0; i < N; ++i) raw[i] = ld_raw_u8(b + idx[i]);
+      break;
+    default:
+#pragma unroll
+      for (int i = 0; i < N; ++i) raw[i] = ld_raw_u32(b + 4 * idx[i]);
+      break;
+  }
+}
+template <int N>
+__device__ __forceinline__ void raw_elems_to_floats(DType t, const uint32_t (&raw)[N],
+                                                    float (&out)[N]) {
+  switch (t) {
+    case DType::kBF16:
+#pragma unroll
+      for (int i = 0; i < N; ++i) out[i] = __uint_as_float(raw[i] << 16);
+      break;
+    case DType::kF16:
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        out[i] = __half2float(__ushort_as_half(static_cast<unsigned short>(raw[i])));
+      }
+      break;
+    case DType::kE4M3:
+#pragma unroll
+      for (int i = 0; i < N; ++i) out[i] = to_float(static_cast<uint8_t>(raw[i]));
+      break;
+    default:
+#pragma unroll
+      for (int i = 0; i < N; ++i) out[i] = __uint_as_float(raw[i]);
+      break;
+  }
 }
 
 // Stores x rounded to nearest even; e4m3 saturates to +-448 (NaN kept).

@@ -113,32 +113,64 @@ struct VecWord<16> {
 
 constexpr bool is_vec_width(int bytes) { return bytes == 4 || bytes == 8 || bytes == 16; }
 
-// V contiguous elements as stored, one vector load when allowed; converted by to_floats once
-// the loads that do not depend on them are issued too (see "Issuing loads" in common.cuh).
+// V contiguous elements as stored, as raw bits until to_floats converts them, once the loads
+// that do not depend on them are issued too (ld_raw_* in common.cuh): one vector load when
+// allowed, else V element loads. Each form keeps its own registers, so neither needs an unpack
+// (which would wait for the loads) before to_floats.
 template <typename T, int V>
 struct RawRow {
-  T e[V];
+  static constexpr int kBytes = static_cast<int>(sizeof(T)) * V;
+  static constexpr bool kVec = is_vec_width(kBytes);
+  uint32_t w[kVec ? kBytes / 4 : 1];  // vector form
+  uint32_t e[V];                      // element form
+  bool vec;
 };
 template <typename T, int V>
 __device__ __forceinline__ RawRow<T, V> load_raw(const T* src, bool vec) {
+  static_assert(sizeof(T) == 2, "16-bit activations");
   RawRow<T, V> r;
-  constexpr int kBytes = static_cast<int>(sizeof(T)) * V;
-  if constexpr (is_vec_width(kBytes)) {
-    if (vec) {
-      const typename VecWord<kBytes>::type w =
-          *reinterpret_cast<const typename VecWord<kBytes>::type*>(src);
-      memcpy(r.e, &w, kBytes);
+  r.vec = RawRow<T, V>::kVec && vec;
+  if constexpr (RawRow<T, V>::kVec) {
+    constexpr int kBytes = RawRow<T, V>::kBytes;
+    if (r.vec) {
+      if constexpr (kBytes == 4) {
+        r.w[0] = ld_raw_u32(src);
+      } else if constexpr (kBytes == 8) {
+        const uint2 w = ld_raw_v2(src);
+        r.w[0] = w.x;
+        r.w[1] = w.y;
+      } else {
+        const uint4 w = ld_raw_v4(src);
+        r.w[0] = w.x;
+        r.w[1] = w.y;
+        r.w[2] = w.z;
+        r.w[3] = w.w;
+      }
       return r;
     }
   }
 #pragma unroll
-  for (int i = 0; i < V; ++i) r.e[i] = src[i];
+  for (int i = 0; i < V; ++i) r.e[i] = ld_raw_u16(src + i);
   return r;
 }
 template <typename T, int V>
 __device__ __forceinline__ void to_floats(const RawRow<T, V>& r, float (&x)[V]) {
+  uint16_t bits[V];
+  bool from_words = false;
+  if constexpr (RawRow<T, V>::kVec) {
+    from_words = r.vec;
+    if (from_words) memcpy(bits, r.w, sizeof(bits));
+  }
+  if (!from_words) {
 #pragma unroll
-  for (int i = 0; i < V; ++i) x[i] = to_float(r.e[i]);
+    for (int i = 0; i < V; ++i) bits[i] = static_cast<uint16_t>(r.e[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    T v;
+    memcpy(&v, &bits[i], 2);
+    x[i] = to_float(v);
+  }
 }
 
 // V contiguous elements rounded once to T (y[i] / divisor); one vector store when allowed.
@@ -190,15 +222,16 @@ __device__ __forceinline__ void zero_row_dt(void* base, DType dt, int64_t elem, 
   store_row_dt<V>(base, dt, elem, vec, z, 1.0f);
 }
 
-// The Gemma norm weights of this lane's V dims of head kind `which_w`, as floats.
+// The Gemma norm weights of this lane's V dims of head kind `which_w`, as raw bits
+// (raw_elems_to_floats with p.w_dtype[which_w] converts them).
 template <int V>
 __device__ __forceinline__ void load_norm_weights(const FusedParams& p, int which_w,
-                                                  float (&wv)[V]) {
+                                                  uint32_t (&raw)[V]) {
   const int first = (threadIdx.x % 32) * V;
   int64_t w_idx[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) w_idx[i] = (first + i) * p.w_s0[which_w];
-  load_floats<V>(p.w[which_w], p.w_dtype[which_w], w_idx, wv);
+  ld_raw_elems<V>(p.w[which_w], p.w_dtype[which_w], w_idx, raw);
 }
 
 // In place: x (this lane's V dims of one head) <- RoPE_pos(GemmaNorm(x; w)), wv = this lane's
@@ -318,22 +351,24 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) fused_qknorm_rope_kernel(
       break;
   }
   // The position, the cache slot, the row and the norm weights do not depend on one another and
-  // are all in flight before any is used; the cos/sin entries (which need the position) and a
-  // per-token scale (which needs the slot) follow, so an insert waits for two memory round trips
-  // ("Issuing loads" in common.cuh). The row is read whatever the position, as it is in bounds of
-  // qkv either way.
-  const int64_t pos = load_index(p.positions, p.positions_i64, t * p.positions_s0);
-  int64_t slot = -1;
-  if ((kind == kK || kind == kV) && p.kv_insert) {
-    slot = load_index(p.slots, p.slots_i64, t * p.slots_s0);
-  } else if (kind == kIK && p.index_insert) {
-    slot = load_index(p.index_slots, p.index_slots_i64, t * p.index_slots_s0);
-  }
+  // are all in flight before any is used (raw loads, branch-free: a head without a slot loads the
+  // position again, a V head q's weights, both ignored); the cos/sin entries (which need the
+  // position) and a per-token scale (which needs the slot) follow, so an insert waits for two
+  // memory round trips ("Issuing loads" in common.cuh). The row is read whatever the position,
+  // as it is in bounds of qkv either way.
+  const bool kv_slot = (kind == kK || kind == kV) && p.kv_insert;
+  const bool ic_slot = kind == kIK && p.index_insert;
+  const void* slot_src = kv_slot ? p.slots : ic_slot ? p.index_slots : p.positions;
+  const bool slot_i64 = kv_slot ? p.slots_i64 : ic_slot ? p.index_slots_i64 : p.positions_i64;
+  const int64_t slot_s0 = kv_slot ? p.slots_s0 : ic_slot ? p.index_slots_s0 : p.positions_s0;
+  const RawIndex pos_raw = ld_raw_index(p.positions, p.positions_i64, t * p.positions_s0);
+  const RawIndex slot_raw = ld_raw_index(slot_src, slot_i64, t * slot_s0);
   T* src = static_cast<T*>(p.qkv) + t * p.qkv_s0 + seg + lane_off;
   const RawRow<T, V> raw = load_raw<T, V>(src, p.vec_qkv);
-  float wv[V];
-  if (which_w >= 0) load_norm_weights<V>(p, which_w, wv);
+  uint32_t w_raw[V];
+  load_norm_weights<V>(p, which_w >= 0 ? which_w : 0, w_raw);
 
+  const int64_t pos = index_value(pos_raw, p.positions_i64);
   if (pos < 0 || pos >= p.max_pos) {
     if (pos >= p.max_pos && kind == kQ && h == 0 && lane == 0) {
       raise_error(p.error_flags, kDeviceErrorPosition);
@@ -347,6 +382,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) fused_qknorm_rope_kernel(
     return;
   }
   // A slot past its cache is skipped and flagged; a negative one is a padding token's.
+  int64_t slot = kv_slot || ic_slot ? index_value(slot_raw, slot_i64) : -1;
   const int64_t slot_limit = kind == kIK ? p.ic_slot_limit : p.kv_slot_limit;
   if (slot >= slot_limit) {
     if (lane == 0) raise_error(p.error_flags, kDeviceErrorSlot);
@@ -354,6 +390,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) fused_qknorm_rope_kernel(
   }
   float divisor = 1.0f;
   if (slot >= 0 && (kind == kK || kind == kV)) divisor = kv_divisor(p, kind == kV, h, slot);
+  float wv[V];
+  if (which_w >= 0) raw_elems_to_floats<V>(p.w_dtype[which_w], w_raw, wv);
 
   float x[V];
   to_floats<T, V>(raw, x);

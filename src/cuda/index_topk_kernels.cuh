@@ -898,26 +898,40 @@ __device__ __forceinline__ void fill_query_fragments(const IndexScoreParams& prm
   const int n = (nrh + 7) / 8 * 8 * Di;
   for (int k0 = 0; k0 < kPerThread; k0 += kBatch) {
     if (static_cast<int>(threadIdx.x) + k0 * kScoreThreads >= n) break;
-    QT raw[kBatch];
+    // One round trip for the batch: the loads come first and the stores are predicated, not
+    // branched (ptxas sank plain loads into the branches of a guarded store, one round trip
+    // each; ld_raw_* and st_shared_b16_if in common.cuh).
+    uint32_t raw[kBatch];
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
       const int i = static_cast<int>(threadIdx.x) + (k0 + k) * kScoreThreads;
       const int rh = min(i / Di, nrh - 1), d = i % Di;
-      raw[k] = q[(row0 + rh / H) * prm.q_stride_row + (rh % H) * prm.q_stride_head +
-                 d * prm.q_stride_dim];
+      const QT* e = q + (row0 + rh / H) * prm.q_stride_row + (rh % H) * prm.q_stride_head +
+                    d * prm.q_stride_dim;
+      if constexpr (sizeof(QT) == 1) {
+        raw[k] = ld_raw_u8(e);
+      } else {
+        raw[k] = ld_raw_u16(e);
+      }
     }
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
       const int i = static_cast<int>(threadIdx.x) + (k0 + k) * kScoreThreads;
-      if (i >= n) break;
       const int rh = i / Di, d = i % Di;
-      const float v = rh < nrh ? to_float(raw[k]) : 0.0f;
+      QT elem;
+      const auto bits = static_cast<std::conditional_t<sizeof(QT) == 1, uint8_t, uint16_t>>(raw[k]);
+      memcpy(&elem, &bits, sizeof(QT));
+      const float v = rh < nrh ? to_float(elem) : 0.0f;
       // d = 64c + 4Lj + Lt + w, w = 4h + e -> fragment (n-tile, c, s = (L / 4)j + h), lane
       // 4(rh % 8) + t, slot e (L = kLaneElems; the key layout above).
       const int c = d >> 6, dd = d & 63;
       const int s = ((dd >> (kLog + 2)) << (kLog - 2)) | ((dd >> 2) & (kLaneElems / 4 - 1));
       const int ln = (rh & 7) * 4 + ((dd >> kLog) & 3);
-      q_s[((((rh >> 3) * CH + c) * 4 + s) * 32 + ln) * 4 + (dd & 3)] = round_to<OutT>(v);
+      const OutT out = round_to<OutT>(v);
+      uint16_t out_bits;
+      memcpy(&out_bits, &out, 2);
+      st_shared_b16_if(i < n, &q_s[((((rh >> 3) * CH + c) * 4 + s) * 32 + ln) * 4 + (dd & 3)],
+                       out_bits);
     }
   }
 }
@@ -1023,9 +1037,9 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
     // so its queries and this CTA's page ids (in bounds of the block-table row whatever the
     // length) are loaded while the seq_lens load is in flight: one round trip instead of two.
     const bool early = prm.rows.cu_seqlens_q == nullptr && tile < prm.rows.num_requests;
+    uint32_t early_seq_len = 0;
     if (early) {
-      const int32_t* len = prm.rows.seq_lens + tile * prm.rows.seq_lens_stride;
-      prefetch_l1(len);
+      early_seq_len = ld_decode_seq_len(prm.rows, tile_start);
       const int64_t b = b0 + threadIdx.x;
       int32_t page = 0;
       const bool has_page = static_cast<int>(threadIdx.x) < bpc && b < max_blocks;
@@ -1039,8 +1053,9 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
       check_cu_seqlens(prm.rows, prm.error_flags);
     }
     for (int64_t row0 = tile_start; row0 < tile_end;) {
-      const RowInfo info =
-          resolve_row(prm.rows, row0, (threadIdx.x == 0 && report) ? prm.error_flags : nullptr);
+      int32_t* const flags = (threadIdx.x == 0 && report) ? prm.error_flags : nullptr;
+      const RowInfo info = early ? resolve_row(prm.rows, row0, flags, early_seq_len)
+                                 : resolve_row(prm.rows, row0, flags);
       const int64_t row1 = min(info.seg_end, tile_end);
       const int64_t max_pos = info.pos_base + row1 - 1;  // the segment's last row sees the most
       if (info.req < 0 || max_pos < b0 * bs) {

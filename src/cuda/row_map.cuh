@@ -30,21 +30,38 @@ struct RowInfo {
   int64_t seg_end;
 };
 
+// The sequence length of `row`'s request in a decode batch (no cu_seqlens_q) as raw bits, loaded
+// now so that it is in flight with the caller's other first loads (ld_raw_u32); for
+// resolve_row's early-length form. 0 where that form does not read it (a prefill batch, no
+// requests); a row past the requests reads the last request's (resolve_row then ignores it).
+__device__ __forceinline__ uint32_t ld_decode_seq_len(const RowMap& m, int64_t row) {
+  if (m.cu_seqlens_q != nullptr || m.num_requests <= 0) return 0;
+  const int64_t req = min(row / m.query_len, static_cast<int64_t>(m.num_requests) - 1);
+  return ld_raw_u32(m.seq_lens + req * m.seq_lens_stride);
+}
+
+// The decode-batch part of resolve_row for request req < num_requests, given its sequence length
+// s (loaded by the caller, or by resolve_row).
+__device__ inline RowInfo resolve_decode_row(const RowMap& m, int32_t* flags, int64_t req,
+                                             int64_t s) {
+  const int64_t bs = m.block_size;
+  const int64_t seg_end = min((req + 1) * m.query_len, m.num_rows);
+  if (s < 0 || (s + bs - 1) / bs > m.max_blocks) {
+    raise_error(flags, kDeviceErrorSeqLen);
+    return RowInfo{-1, 0, seg_end};
+  }
+  // Rows at negative positions (a padded request, seq_len 0, or the leading rows of a request
+  // shorter than query_len) are padding by spec A8; the callers test pos >= 0 per row.
+  return RowInfo{static_cast<int32_t>(req), s - m.query_len - req * m.query_len, seg_end};
+}
+
 // `flags` may be null (callers pass it from one thread only, to keep the atomics few).
 __device__ inline RowInfo resolve_row(const RowMap& m, int64_t row, int32_t* flags) {
   const int64_t bs = m.block_size;
   if (m.cu_seqlens_q == nullptr) {
     const int64_t req = row / m.query_len;
     if (req >= m.num_requests) return RowInfo{-1, 0, m.num_rows};
-    const int64_t seg_end = min((req + 1) * m.query_len, m.num_rows);
-    const int64_t s = m.seq_lens[req * m.seq_lens_stride];
-    if (s < 0 || (s + bs - 1) / bs > m.max_blocks) {
-      raise_error(flags, kDeviceErrorSeqLen);
-      return RowInfo{-1, 0, seg_end};
-    }
-    // Rows at negative positions (a padded request, seq_len 0, or the leading rows of a request
-    // shorter than query_len) are padding by spec A8; the callers test pos >= 0 per row.
-    return RowInfo{static_cast<int32_t>(req), s - m.query_len - req * m.query_len, seg_end};
+    return resolve_decode_row(m, flags, req, m.seq_lens[req * m.seq_lens_stride]);
   }
   const int64_t last = m.cu_seqlens_q[static_cast<int64_t>(m.num_requests) * m.cu_stride];
   if (row >= last) return RowInfo{-1, 0, m.num_rows};
@@ -75,6 +92,16 @@ __device__ inline RowInfo resolve_row(const RowMap& m, int64_t row, int32_t* fla
     return RowInfo{-1, 0, b};
   }
   return RowInfo{lo, s - (b - a) - a, b};
+}
+
+// resolve_row with the sequence length a decode batch's row reads given early, as
+// ld_decode_seq_len returned it.
+__device__ inline RowInfo resolve_row(const RowMap& m, int64_t row, int32_t* flags,
+                                      uint32_t early_seq_len) {
+  if (m.cu_seqlens_q != nullptr) return resolve_row(m, row, flags);
+  const int64_t req = row / m.query_len;
+  if (req >= m.num_requests) return RowInfo{-1, 0, m.num_rows};
+  return resolve_decode_row(m, flags, req, static_cast<int32_t>(early_seq_len));
 }
 
 // Whole-array check of cu_seqlens_q (starts at 0, non-decreasing, ends within T), run by one

@@ -225,10 +225,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   constexpr int kQItems = kSteps * 32 / kAttnThreads;
   static_assert(kQItems * kAttnThreads == kSteps * 32, "Q fragments per thread");
   const int W = prm.topk_width;  // >= 1 (validated)
-  if (prm.rows.cu_seqlens_q == nullptr && tid == 0) {
-    const int64_t req = min(row / prm.rows.query_len, int64_t{prm.rows.num_requests} - 1);
-    if (req >= 0) prefetch_l1(prm.rows.seq_lens + req * prm.rows.seq_lens_stride);
-  }
+  const uint32_t early_seq_len = ld_decode_seq_len(prm.rows, row);
   int32_t tk[kTkPer];
 #pragma unroll
   for (int r = 0; r < kTkPer; ++r) {
@@ -255,7 +252,8 @@ __global__ void __launch_bounds__(kAttnThreads)
 
   // One CTA per (row, KV head) reports bad values, so a bad entry costs one atomic.
   int32_t* flags = (split == 0 && hc == 0) ? prm.error_flags : nullptr;
-  const RowInfo info = resolve_row(prm.rows, row, (tid == 0 && kvh == 0) ? flags : nullptr);
+  const RowInfo info =
+      resolve_row(prm.rows, row, (tid == 0 && kvh == 0) ? flags : nullptr, early_seq_len);
   if (row == 0 && tid == 0 && kvh == 0) check_cu_seqlens(prm.rows, flags);
   const int64_t pos = info.pos_base + row;
   const bool live = info.req >= 0 && pos >= 0;
