@@ -316,7 +316,6 @@ Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
   }
   if (p.splits == 1 || p.cluster) return Status::Ok();
   const dim3 merge_grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.q_heads()));
-  // splits <= kAttnMaxSplits (see plan), so the split LSEs fit the default shared memory.
   // A dependent launch (programmatic): the merge CTAs start while the attention kernel writes its
   // partials and wait for them.
   const auto merge_kernel = p.splits <= 4    ? sparse_attention_merge_kernel<4>
@@ -324,8 +323,7 @@ Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
                             : p.splits <= 16 ? sparse_attention_merge_kernel<16>
                                              : sparse_attention_merge_kernel<32>;
   return launch_kernel_dependent("sparse_attention_merge_kernel", merge_kernel, merge_grid,
-                                 dim3(static_cast<unsigned>(pb.head_dim())),
-                                 static_cast<size_t>(p.splits) * sizeof(float), cuda_stream, prm,
+                                 dim3(static_cast<unsigned>(pb.head_dim())), 0, cuda_stream, prm,
                                  static_cast<int>(pb.head_dim()));
 }
 

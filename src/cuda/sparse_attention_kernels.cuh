@@ -833,17 +833,30 @@ __global__ void __launch_bounds__(kAttnThreads)
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
+// One split's term of the merge kernel: w = 2^(lse - m), w_sum += w, o += w x o_s, where `live`;
+// as selects, not a branch, so that ptxas does not sink the loads feeding it into one (a round
+// trip each). The same operations as the in-cluster merge's loop (whose o += w * o_s contracts to
+// the same fused multiply-add). m is the splits' largest log2-sum-exp, or 0 when that is -inf
+// (every w is then 0 and the caller writes 0 and -inf).
+__device__ __forceinline__ void combine_step(bool live, float lse_s, float o_s, float m,
+                                             float& w_sum, float& o) {
+  const float w = exp2f(lse_s - m);
+  w_sum = live ? w_sum + w : w_sum;
+  o = live ? fmaf(w, o_s, o) : o;
+}
+
 // Combines the splits of one (row, q head) in ascending split order: out = sum_s w_s o_s / sum w,
-// w_s = 2^(lse_s - max lse). One thread per output dimension (blockDim.x == head_dim). The
-// partial outputs of the first kPrefetch splits do not depend on the LSEs, so their loads are
-// issued together with the LSE loads, unconditionally (split index clamped; a load behind a
-// branch would be waited for before the next is issued): at up to kPrefetch splits the merge
-// costs one memory round trip (every split writes its partials, so they are defined). The
-// launcher picks the smallest instance that covers the call's splits, as the clamped loads past
-// them are issued all the same.
+// w_s = 2^(lse_s - max lse). One thread per output dimension (blockDim.x == head_dim). The first
+// kPrefetch splits' partial outputs and log2-sum-exps do not depend on anything else, so each
+// thread issues all their loads first, unconditionally (split index clamped; the LSE loads are
+// the same address across the CTA), and combines them from registers without a CTA barrier: at
+// up to kPrefetch splits the merge costs one memory round trip (every split writes its partials,
+// so they are defined). The launcher picks the smallest instance that covers the call's splits,
+// as the clamped loads past them are issued all the same. Same arithmetic as the in-cluster
+// merge (combine_step), so both give the same bits. (Shared memory for the LSEs and a CTA barrier
+// cost 0.6-0.9 us more at batch 4-16, bench/results/2026-12-01-attn-merge-registers/.)
 template <int kPrefetch>
 __global__ void sparse_attention_merge_kernel(const SparseAttnParams prm, int head_dim) {
-  extern __shared__ float s_part_lse[];
   const int64_t row = blockIdx.x;
   const int64_t head = blockIdx.y;
   const int d = threadIdx.x;
@@ -851,41 +864,37 @@ __global__ void sparse_attention_merge_kernel(const SparseAttnParams prm, int he
   const int64_t hq = prm.num_q_heads;
   const int splits = prm.splits;
   const float* po = prm.part_out + (row * hq + head) * head_dim + d;
+  const float* pl = prm.part_lse + row * hq + head;
   const int64_t split_stride = T * hq * head_dim;
   wait_for_prior_grid();  // the partials come from the attention kernel
-  float pre[kPrefetch];
+  float pre_o[kPrefetch], pre_lse[kPrefetch];
 #pragma unroll
-  for (int s = 0; s < kPrefetch; ++s) pre[s] = po[min(s, splits - 1) * split_stride];
-  for (int s = d; s < splits; s += blockDim.x) {
-    s_part_lse[s] = prm.part_lse[(s * T + row) * hq + head];
+  for (int s = 0; s < kPrefetch; ++s) {
+    const int64_t sc = min(s, splits - 1);
+    pre_o[s] = po[sc * split_stride];
+    pre_lse[s] = pl[sc * T * hq];
   }
-  __syncthreads();
   float m_all = -INFINITY;
-  for (int s = 0; s < splits; ++s) m_all = fmaxf(m_all, s_part_lse[s]);
-  float o = 0.0f, lse = -INFINITY;
-  if (m_all != -INFINITY) {
-    float w_sum = 0.0f;
 #pragma unroll
-    for (int s = 0; s < kPrefetch; ++s) {
-      if (s < splits) {
-        const float w = exp2f(s_part_lse[s] - m_all);
-        w_sum += w;
-        o += w * pre[s];
-      }
-    }
-#pragma unroll 16
-    for (int s = kPrefetch; s < splits; ++s) {
-      const float w = exp2f(s_part_lse[s] - m_all);
-      w_sum += w;
-      o += w * po[s * split_stride];
-    }
-    o /= w_sum;
-    lse = (m_all + log2f(w_sum)) * kLn2;
+  for (int s = 0; s < kPrefetch; ++s) m_all = s < splits ? fmaxf(m_all, pre_lse[s]) : m_all;
+  for (int s = kPrefetch; s < splits; ++s) m_all = fmaxf(m_all, pl[s * T * hq]);
+  const float m_use = m_all == -INFINITY ? 0.0f : m_all;
+  float w_sum = 0.0f, acc_o = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kPrefetch; ++s) {
+    combine_step(s < splits, pre_lse[s], pre_o[s], m_use, w_sum, acc_o);
   }
+#pragma unroll 16
+  for (int s = kPrefetch; s < splits; ++s) {
+    combine_step(true, pl[s * T * hq], po[s * split_stride], m_use, w_sum, acc_o);
+  }
+  const bool empty = m_all == -INFINITY;
+  const float o = empty ? 0.0f : acc_o / w_sum;
   store_from_float(prm.out, prm.out_dtype,
                    row * prm.out_stride_row + head * prm.out_stride_head + d, o);
   if (d == 0 && prm.lse != nullptr) {
-    prm.lse[row * prm.lse_stride_row + head * prm.lse_stride_head] = lse;
+    prm.lse[row * prm.lse_stride_row + head * prm.lse_stride_head] =
+        empty ? -INFINITY : (m_all + log2f(w_sum)) * kLn2;
   }
 }
 
