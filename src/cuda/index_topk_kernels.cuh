@@ -918,18 +918,24 @@ __device__ __forceinline__ void fill_query_fragments(const IndexScoreParams& prm
     for (int k = 0; k < kBatch; ++k) {
       const int i = static_cast<int>(threadIdx.x) + (k0 + k) * kScoreThreads;
       const int rh = i / Di, d = i % Di;
-      QT elem;
-      const auto bits = static_cast<std::conditional_t<sizeof(QT) == 1, uint8_t, uint16_t>>(raw[k]);
-      memcpy(&elem, &bits, sizeof(QT));
-      const float v = rh < nrh ? to_float(elem) : 0.0f;
+      float x;
+      if constexpr (sizeof(QT) == 1) {
+        x = to_float(static_cast<uint8_t>(raw[k]));
+      } else {
+        x = __uint_as_float(raw[k] << 16);  // bf16 -> fp32, exact
+      }
+      const float v = rh < nrh ? x : 0.0f;
       // d = 64c + 4Lj + Lt + w, w = 4h + e -> fragment (n-tile, c, s = (L / 4)j + h), lane
       // 4(rh % 8) + t, slot e (L = kLaneElems; the key layout above).
       const int c = d >> 6, dd = d & 63;
       const int s = ((dd >> (kLog + 2)) << (kLog - 2)) | ((dd >> 2) & (kLaneElems / 4 - 1));
       const int ln = (rh & 7) * 4 + ((dd >> kLog) & 3);
-      const OutT out = round_to<OutT>(v);
       uint16_t out_bits;
-      memcpy(&out_bits, &out, 2);
+      if constexpr (std::is_same_v<OutT, __half>) {
+        out_bits = __half_as_ushort(round_to<OutT>(v));
+      } else {
+        out_bits = __bfloat16_as_ushort(round_to<OutT>(v));
+      }
       st_shared_b16_if(i < n, &q_s[((((rh >> 3) * CH + c) * 4 + s) * 32 + ln) * 4 + (dd & 3)],
                        out_bits);
     }
@@ -1036,10 +1042,13 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
     // Decode: the tile is request `tile` with all of its rows, known without reading seq_lens,
     // so its queries and this CTA's page ids (in bounds of the block-table row whatever the
     // length) are loaded while the seq_lens load is in flight: one round trip instead of two.
+    // The one-query-tile instances load the length with them (ld_decode_seq_len); in the
+    // four-tile ones, at their 128-register bound, that register live across the segment loop
+    // made the bf16 head-dim-128 scorer spill inside its tile loop, so they read it in the loop.
     const bool early = prm.rows.cu_seqlens_q == nullptr && tile < prm.rows.num_requests;
     uint32_t early_seq_len = 0;
     if (early) {
-      early_seq_len = ld_decode_seq_len(prm.rows, tile_start);
+      if constexpr (kNTiles == 1) early_seq_len = ld_decode_seq_len(prm.rows, tile_start);
       const int64_t b = b0 + threadIdx.x;
       int32_t page = 0;
       const bool has_page = static_cast<int>(threadIdx.x) < bpc && b < max_blocks;
@@ -1054,8 +1063,8 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
     }
     for (int64_t row0 = tile_start; row0 < tile_end;) {
       int32_t* const flags = (threadIdx.x == 0 && report) ? prm.error_flags : nullptr;
-      const RowInfo info = early ? resolve_row(prm.rows, row0, flags, early_seq_len)
-                                 : resolve_row(prm.rows, row0, flags);
+      const RowInfo info = early && kNTiles == 1 ? resolve_row(prm.rows, row0, flags, early_seq_len)
+                                                 : resolve_row(prm.rows, row0, flags);
       const int64_t row1 = min(info.seg_end, tile_end);
       const int64_t max_pos = info.pos_base + row1 - 1;  // the segment's last row sees the most
       if (info.req < 0 || max_pos < b0 * bs) {
