@@ -322,9 +322,22 @@ Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
                             : p.splits <= 8  ? sparse_attention_merge_kernel<8>
                             : p.splits <= 16 ? sparse_attention_merge_kernel<16>
                                              : sparse_attention_merge_kernel<32>;
+  AttnMergeParams mp;
+  mp.part_out = prm.part_out;
+  mp.part_lse = prm.part_lse;
+  mp.out = prm.out;
+  mp.lse = prm.lse;
+  mp.num_rows = prm.rows.num_rows;
+  mp.num_q_heads = prm.num_q_heads;
+  mp.head_dim = pb.head_dim();
+  mp.out_stride_row = prm.out_stride_row;
+  mp.out_stride_head = prm.out_stride_head;
+  mp.lse_stride_row = prm.lse_stride_row;
+  mp.lse_stride_head = prm.lse_stride_head;
+  mp.splits = prm.splits;
+  mp.out_dtype = prm.out_dtype;
   return launch_kernel_dependent("sparse_attention_merge_kernel", merge_kernel, merge_grid,
-                                 dim3(static_cast<unsigned>(pb.head_dim())), 0, cuda_stream, prm,
-                                 static_cast<int>(pb.head_dim()));
+                                 dim3(static_cast<unsigned>(pb.head_dim())), 0, cuda_stream, mp);
 }
 
 AttnProblem decode_problem(const SparseAttentionDecodeArgs& a) {

@@ -833,6 +833,21 @@ __global__ void __launch_bounds__(kAttnThreads)
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
+// The merge kernel's arguments: only what it reads, in a few cache lines, where SparseAttnParams
+// spreads them over several hundred bytes. A kernel's parameters are read through the constant
+// cache, which is cold at its start; in the merge kernel those misses were 13% of the warp
+// samples at 8K x 16 (bench/results/2026-12-01-prologue-loads/call-profile.sh).
+struct AttnMergeParams {
+  const float* part_out;  // [splits, T, Hq, D]
+  const float* part_lse;  // [splits, T, Hq], log2 domain
+  void* out;
+  float* lse;  // optional
+  int64_t num_rows, num_q_heads, head_dim;
+  int64_t out_stride_row, out_stride_head, lse_stride_row, lse_stride_head;
+  int32_t splits;
+  DType out_dtype;
+};
+
 // One split's term of the merge kernel: w = 2^(lse - m), w_sum += w, o += w x o_s, where `live`;
 // as selects, not a branch, so that ptxas does not sink the loads feeding it into one (a round
 // trip each). The same operations as the in-cluster merge's loop (whose o += w * o_s contracts to
@@ -856,13 +871,14 @@ __device__ __forceinline__ void combine_step(bool live, float lse_s, float o_s, 
 // merge (combine_step), so both give the same bits. (Shared memory for the LSEs and a CTA barrier
 // cost 0.6-0.9 us more at batch 4-16, bench/results/2026-12-01-attn-merge-registers/.)
 template <int kPrefetch>
-__global__ void sparse_attention_merge_kernel(const SparseAttnParams prm, int head_dim) {
+__global__ void sparse_attention_merge_kernel(const AttnMergeParams prm) {
   const int64_t row = blockIdx.x;
   const int64_t head = blockIdx.y;
   const int d = threadIdx.x;
-  const int64_t T = prm.rows.num_rows;
+  const int64_t T = prm.num_rows;
   const int64_t hq = prm.num_q_heads;
   const int splits = prm.splits;
+  const int64_t head_dim = prm.head_dim;
   const float* po = prm.part_out + (row * hq + head) * head_dim + d;
   const float* pl = prm.part_lse + row * hq + head;
   const int64_t split_stride = T * hq * head_dim;
