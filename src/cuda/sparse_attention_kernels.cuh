@@ -867,8 +867,8 @@ __device__ __forceinline__ void combine_step(bool live, float lse_s, float o_s, 
 // the same address across the CTA), and combines them from registers without a CTA barrier: at
 // up to kPrefetch splits the merge costs one memory round trip (every split writes its partials,
 // so they are defined). The launcher picks the smallest instance that covers the call's splits,
-// as the clamped loads past them are issued all the same. Same arithmetic as the in-cluster
-// merge (combine_step), so both give the same bits. (Shared memory for the LSEs and a CTA barrier
+// as the clamped loads past them are issued all the same. combine_step performs the in-cluster
+// merge's operations, so both give the same bits. (Shared memory for the LSEs and a CTA barrier
 // cost 0.6-0.9 us more at batch 4-16, bench/results/2026-12-01-attn-merge-registers/.)
 template <int kPrefetch>
 __global__ void sparse_attention_merge_kernel(const AttnMergeParams prm) {
