@@ -17,7 +17,7 @@
 // per-token-head scales). The optional triple keeps only the cases of that shape (both dtypes,
 // uniform and ragged), e.g. to profile one of them with ncu. MSA_AB_WARM_CODE=1 replays an
 // identical problem on other buffers between the flush and each timed replay (see
-// warm_code_mode).
+// warm_code_mode). MSA_AB_DTYPE=bf16 or fp8 keeps only the cases of that cache dtype.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -631,7 +631,12 @@ int main(int argc, char** argv) {
   const int f_ctx = filtered ? std::atoi(argv[2]) : 0;
   const int f_batch = filtered ? std::atoi(argv[3]) : 0;
   const int f_qlen = filtered ? std::atoi(argv[4]) : 0;
+  // MSA_AB_DTYPE=bf16 or fp8 keeps only that dtype's cases (e.g. to profile an fp8 case alone).
+  const char* dtype_env = std::getenv("MSA_AB_DTYPE");
+  const std::string only_dtype = dtype_env != nullptr ? dtype_env : "";
+  if (!only_dtype.empty() && only_dtype != "bf16" && only_dtype != "fp8") ops_ok = false;
   auto selected = [&](const Case& c) {
+    if (!only_dtype.empty() && c.fp8 != (only_dtype == "fp8")) return false;
     return !filtered || (c.ctx == f_ctx && c.batch == f_batch && c.qlen == f_qlen);
   };
   int matching = 0;
@@ -644,7 +649,7 @@ int main(int argc, char** argv) {
   if (!ops_ok || matching == 0) {
     std::printf(
         "usage: op_ab [all|index,index-shapes,attention,attention-layer,step]"
-        " [CTX BATCH QLEN]%s\n",
+        " [CTX BATCH QLEN] (environment: MSA_AB_DTYPE=bf16|fp8)%s\n",
         ops_ok ? " (no case of these ops has that shape)" : "");
     return 2;
   }

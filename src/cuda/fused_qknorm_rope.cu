@@ -318,12 +318,12 @@ __device__ __forceinline__ float kv_divisor(const FusedParams& p, bool is_v, int
 template <typename T, int V>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) fused_qknorm_rope_kernel(FusedParams p) {
   const int lane = threadIdx.x % 32;
-  const int64_t gw = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  const int64_t t = gw / p.slots_per_token;
-  if (t >= p.tokens) return;  // warp-uniform, like every branch below
+  const int64_t t = blockIdx.x;  // the grid (launch): no division before the first loads
+  const int slot_index = static_cast<int>(blockIdx.y) * kWarpsPerBlock + threadIdx.x / 32;
+  if (slot_index >= p.slots_per_token) return;  // warp-uniform, like every branch below
 
   int h = 0;
-  const SlotKind kind = decode_slot(p, static_cast<int>(gw % p.slots_per_token), &h);
+  const SlotKind kind = decode_slot(p, slot_index, &h);
   const int64_t lane_off = static_cast<int64_t>(lane) * V;
   const int64_t d = p.head_dim;
   // The head's segment of the token's row and its norm weights (-1: V, not normed).
@@ -544,12 +544,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   __shared__ float stage_rows[kWarpsPerBlock][kMaxDim];
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
-  const int64_t gw = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
-  const int64_t t = gw / p.slots_per_token;
-  if (t >= p.tokens) return;  // warp-uniform, like every branch below
+  const int64_t t = blockIdx.x;
+  const int slot_index = static_cast<int>(blockIdx.y) * kWarpsPerBlock + warp;
+  if (slot_index >= p.slots_per_token) return;  // warp-uniform, like every branch below
 
   int h = 0;
-  const SlotKind kind = decode_slot(p, static_cast<int>(gw % p.slots_per_token), &h);
+  const SlotKind kind = decode_slot(p, slot_index, &h);
   const int dim = (kind == kIQ || kind == kIK) ? p.index_dim : p.head_dim;
   const int64_t pos = load_index(p.positions, p.positions_i64, t * p.positions_s0);
   if (pos < 0 || pos >= p.max_pos) {
@@ -655,16 +655,25 @@ bool vec_ok(const void* base, DType dt, int v, std::initializer_list<int64_t> st
 }
 
 // v = head_dim / 32 selects the fast kernel; v = 0 the general one.
+// Grid: x = token, y = groups of kWarpsPerBlock head slots (warps past the token's slots exit at
+// once). With one flat index over (token, slot) pairs, each warp divided it by slots_per_token:
+// two 64-bit divisions among the ~200 instructions before its first load.
 template <typename T>
 Status launch(const FusedParams& p, int v, Stream stream) {
-  const int64_t warps = p.tokens * p.slots_per_token;
-  if (warps == 0) return Status::Ok();
-  const unsigned int blocks = blocks_for(warps, kWarpsPerBlock);
+  if (p.tokens == 0 || p.slots_per_token == 0) return Status::Ok();
+  const int64_t slot_groups = (p.slots_per_token + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  if (p.tokens > 0x7FFFFFFF || slot_groups > 65535) {
+    return detail::not_supported(
+        "fused_qknorm_rope (CUDA): " + std::to_string(p.tokens) + " tokens x " +
+        std::to_string(p.slots_per_token) +
+        " head slots per token exceed the grid (at most 2^31 - 1 tokens and 524280 slots)");
+  }
+  const dim3 blocks(static_cast<unsigned int>(p.tokens), static_cast<unsigned int>(slot_groups));
   const cudaStream_t st = stream_of(stream);
   constexpr int kThreads = kWarpsPerBlock * 32;
   if (v == 0) {
     return launch_kernel("fused_qknorm_rope_general_kernel", fused_qknorm_rope_general_kernel<T>,
-                         dim3(blocks), dim3(kThreads), 0, st, p);
+                         blocks, dim3(kThreads), 0, st, p);
   }
   // The kernel instantiation of each head_dim / 32.
   void (*const kernels[8])(FusedParams) = {
@@ -672,7 +681,7 @@ Status launch(const FusedParams& p, int v, Stream stream) {
       fused_qknorm_rope_kernel<T, 3>, fused_qknorm_rope_kernel<T, 4>,
       fused_qknorm_rope_kernel<T, 5>, fused_qknorm_rope_kernel<T, 6>,
       fused_qknorm_rope_kernel<T, 7>, fused_qknorm_rope_kernel<T, 8>};
-  return launch_kernel("fused_qknorm_rope_kernel", kernels[std::min(v, 8) - 1], dim3(blocks),
+  return launch_kernel("fused_qknorm_rope_kernel", kernels[std::min(v, 8) - 1], blocks,
                        dim3(kThreads), 0, st, p);
 }
 

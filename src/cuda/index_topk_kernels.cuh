@@ -33,25 +33,27 @@ struct IndexSelectParams {
   int64_t out_cols;
 };
 
+// In order of first use ("Kernel parameters" in common.cuh): what the prologue reads before its
+// first loads (the first line, then the row map's), then the block table, queries and keys.
 struct IndexScoreParams {
-  const void* index_q;  // [T, H, Di]
+  int32_t rows_per_tile;   // rows per CTA (decode: the query length, so a CTA is one request)
+  int32_t blocks_per_cta;  // <= kMaxScoreBlocks
+  int32_t num_heads;
+  int32_t head_dim;
+  // The select kernel (a dependent launch) may start once every score CTA has started, rather
+  // than once each has scored its blocks (IndexLaunchPlan::early_select).
+  bool early_select;
   DType q_dtype;
+  RowMap rows;
+  const int32_t* block_table;  // [num_requests, max_blocks]
+  int64_t bt_stride_req, bt_stride_block;
+  const void* index_q;  // [T, H, Di]
   int64_t q_stride_row, q_stride_head, q_stride_dim;
   const void* cache;  // [num_blocks, block_size, Di], 16-byte (bf16) / 8-byte (e4m3) aligned keys
   int64_t cache_stride_page, cache_stride_key;
   int64_t num_cache_blocks;
-  const int32_t* block_table;  // [num_requests, max_blocks]
-  int64_t bt_stride_req, bt_stride_block;
-  RowMap rows;
-  int32_t num_heads;
-  int32_t head_dim;
-  int32_t rows_per_tile;   // rows per CTA (decode: the query length, so a CTA is one request)
-  int32_t blocks_per_cta;  // <= kMaxScoreBlocks
-  float* scores;           // [H, T, max_blocks] block maxima; only visible blocks are written
+  float* scores;  // [H, T, max_blocks] block maxima; only visible blocks are written
   int32_t* error_flags;
-  // The select kernel (a dependent launch) may start once every score CTA has started, rather
-  // than once each has scored its blocks (IndexLaunchPlan::early_select).
-  bool early_select;
 };
 
 // How a tensor-core score grid maps CTAs to blocks: row tile x chunk (static), the same with the

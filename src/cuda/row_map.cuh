@@ -10,17 +10,20 @@
 namespace msa {
 namespace cuda {
 
+// 64 bytes (the 32-bit fields last), one line of the constant cache that kernels read their
+// parameters through ("Kernel parameters" in common.cuh).
 struct RowMap {
   const int32_t* seq_lens = nullptr;  // [num_requests]
   int64_t seq_lens_stride = 1;
   const int32_t* cu_seqlens_q = nullptr;  // [num_requests + 1]; null for a decode batch
   int64_t cu_stride = 1;
-  int32_t num_requests = 0;
-  int32_t query_len = 1;   // decode rows per request
   int64_t num_rows = 0;    // T
   int64_t max_blocks = 0;  // block-table columns
+  int32_t num_requests = 0;
+  int32_t query_len = 1;  // decode rows per request
   int32_t block_size = 128;
 };
+static_assert(sizeof(RowMap) == 64, "RowMap is one 64-byte line");
 
 // req < 0: the row attends to nothing (padding, or metadata that failed validation).
 // Row r of the request is at position pos_base + r. Rows [row, seg_end) share the request.

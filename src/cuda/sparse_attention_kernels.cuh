@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -27,38 +28,48 @@ constexpr int kMaxTopkWidth = 256;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// In order of first use ("Kernel parameters" in common.cuh): the prologue's fields (the grid's
+// decomposition and top-k ids, the row map, Q and the block table) fill the first three 64-byte
+// lines, the K/V addressing of the main loop one more, and the outputs' come last.
 struct SparseAttnParams {
-  const void* q;  // [T, Hq, D]
+  int32_t group, head_chunks;
+  int32_t topk_width;
   DType q_dtype;
+  const int32_t* topk;  // [Hkv, >= T, topk_width]
+  int64_t tk_stride_head, tk_stride_row, tk_stride_col;
+  RowMap rows;
+  const void* q;  // [T, Hq, D]
   int64_t q_stride_row, q_stride_head;
+  KvScaleMode scale_mode;
+  float scale_log2;            // softmax_scale * log2(e): logits live in the log2 domain
+  const int32_t* block_table;  // [num_requests, max_blocks]
+  int64_t bt_stride_req, bt_stride_block;
+  int64_t num_cache_blocks;
+  const float* k_scale;  // per-layer: [1]; per-token-head: [Hkv, num_blocks * block_size]
+  const float* v_scale;
+  int32_t* error_flags;
+  int32_t subtiles_per_split;
+  int32_t num_q_heads;
+  int64_t ks_stride_head, ks_stride_slot, vs_stride_head, vs_stride_slot;
   const void* k;  // [num_blocks, Hkv, block_size, D] through strides, last stride 1
   const void* v;
   int64_t k_stride_page, k_stride_head, k_stride_tok;
   int64_t v_stride_page, v_stride_head, v_stride_tok;
-  int64_t num_cache_blocks;
-  KvScaleMode scale_mode;
-  const float* k_scale;  // per-layer: [1]; per-token-head: [Hkv, num_blocks * block_size]
-  const float* v_scale;
-  int64_t ks_stride_head, ks_stride_slot, vs_stride_head, vs_stride_slot;
-  const int32_t* block_table;  // [num_requests, max_blocks]
-  int64_t bt_stride_req, bt_stride_block;
-  RowMap rows;
-  const int32_t* topk;  // [Hkv, >= T, topk_width]
-  int64_t tk_stride_head, tk_stride_row, tk_stride_col;
-  int32_t topk_width;
-  int32_t num_q_heads, group, head_chunks;
-  float scale_log2;  // softmax_scale * log2(e): logits live in the log2 domain
-  int32_t splits, subtiles_per_split;
-  void* out;  // [T, Hq, D]
+  int32_t splits;
+  bool cluster;     // splits > 1: merged in-cluster (true) or by the merge kernel
+  float* part_out;  // [splits, T, Hq, D] for the merge kernel
+  float* part_lse;  // [splits, T, Hq], log2 domain
+  void* out;        // [T, Hq, D]
   DType out_dtype;
   int64_t out_stride_row, out_stride_head;
   float* lse;  // optional [T, Hq], natural log
   int64_t lse_stride_row, lse_stride_head;
-  bool cluster;     // splits > 1: merged in-cluster (true) or by the merge kernel
-  float* part_out;  // [splits, T, Hq, D] for the merge kernel
-  float* part_lse;  // [splits, T, Hq], log2 domain
-  int32_t* error_flags;
 };
+// The struct starts at parameter offset 0x210, so its lines begin at 0x30, 0x70, 0xb0, ...
+static_assert(offsetof(SparseAttnParams, rows) == 0x30 && offsetof(SparseAttnParams, q) == 0x70 &&
+                  offsetof(SparseAttnParams, k) == 0xf0 &&
+                  offsetof(SparseAttnParams, splits) == 0x130,
+              "SparseAttnParams: a field moved across a 64-byte line");
 
 template <typename CacheT>
 struct KvTraits;
