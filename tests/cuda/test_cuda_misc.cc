@@ -1,7 +1,7 @@
 // CUDA-only API contract checks: tensors of one call on different devices are rejected, a
 // workspace below workspace_size() is rejected, caches the sparse attention and indexer kernels
-// cannot address are declined, and a bad slot in the fused op is skipped and flagged while the rest
-// of the call completes.
+// cannot address and token counts the fused op's grid cannot hold are declined, and a bad slot in
+// the fused op is skipped and flagged while the rest of the call completes.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -219,6 +219,33 @@ TEST(CudaMisc, IndexTopkDeclinesPagesBeyond32BitOffsets) {
   const Status st = attn::run_op(ia, test_device());
   expect_code(st, StatusCode::kNotSupported, "index-cache pages of 2^31 elements");
   EXPECT_NE(st.message().find("key stride"), std::string::npos) << st.to_string();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// The CUDA fused op runs one grid column per token: a batch of 2^31 tokens is declined with
+// kNotSupported before any kernel runs. The views repeat one small row (stride 0) and are never
+// read.
+TEST(CudaMisc, FusedDeclinesTokensBeyondTheGrid) {
+  MSA_REQUIRE_TEST_DEVICE();
+  const Device dev = test_device();
+  const int64_t tokens = int64_t{1} << 31, nq = 2, d = 128;
+  TestTensor qkv(DType::kBF16, {1, (nq + 2) * d}, dev);
+  TestTensor positions(DType::kI32, {1}, dev);
+  TestTensor cos_sin(DType::kF32, {64, 64}, dev);
+  TestTensor w(DType::kBF16, {d}, dev);
+  FusedQkNormRopeArgs a;
+  a.mode = PreAttentionMode::kDense;
+  a.num_q_heads = static_cast<int>(nq);
+  a.num_kv_heads = 1;
+  a.qkv = make_strided_tensor(qkv.view().data, DType::kBF16, {tokens, (nq + 2) * d}, {0, 1}, dev);
+  a.positions = make_strided_tensor(positions.view().data, DType::kI32, {tokens}, {0}, dev);
+  a.cos_sin_cache = cos_sin.view();
+  a.q_norm_weight = w.view();
+  a.k_norm_weight = w.view();
+  ASSERT_TRUE(check(a).ok()) << check(a).to_string();
+  const Status st = attn::run_op(a, dev);
+  expect_code(st, StatusCode::kNotSupported, "2^31 tokens");
+  EXPECT_NE(st.message().find("tokens"), std::string::npos) << st.to_string();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
