@@ -65,10 +65,11 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
 // cold at its start. A uniform read (ULDC, or a c[] operand) that misses stalls the warp until
 // its 64-byte line arrives, and a warp's first misses come one after another (Nsight Compute
 // `imc` stalls: 3-12% of the warp samples of the decode kernels,
-// bench/results/2026-12-01-param-lines-insert-grid/). The line at offset 0x200 always misses
-// first (it holds the global memory descriptor), and a struct starts at 0x210. Parameter
-// structs therefore list their fields in order of first use, so that the fields the prologue
-// needs before its first loads share as few lines as possible; RowMap is one line.
+// bench/results/2026-12-01-param-lines-insert-grid/). Every kernel reads the line at offset 0x200
+// (it holds the global memory descriptor), and a struct starts at 0x210, so its first 48 bytes
+// share that line. Parameter structs therefore list their fields in order of first use, so that
+// the fields the prologue needs before its first loads share as few lines as possible; RowMap
+// is one line.
 //
 // Issuing loads: a load whose value is used in the branch that issued it (load_as_float in a
 // loop converts each element inside its dtype case; `cond ? p[i] : 0` does the same) makes the
