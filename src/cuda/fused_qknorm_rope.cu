@@ -242,7 +242,9 @@ __device__ __forceinline__ void norm_rope(const FusedParams& p, int64_t pos, con
   const int lane = threadIdx.x % 32;
   // The partner of dim d = lane * V + i is d +- half, held by lane +- half / V at the same i
   // (the launcher requires half % V == 0). Every lane joins the shuffles. The cos/sin entries
-  // are loaded in one batch before use; lanes past the rotary dims load the entries of
+  // are loaded in one batch as raw bits and converted after the RMS, which then overlaps their
+  // round trip for every table dtype (converted inside load_floats' dtype switch, a 16-bit
+  // table's were waited for before it); lanes past the rotary dims load the entries of
   // f = d % half (in bounds) and ignore them.
   const int half = p.rotary_dim / 2;
   const int first = lane * V;
@@ -257,8 +259,8 @@ __device__ __forceinline__ void norm_rope(const FusedParams& p, int64_t pos, con
     cs_idx[i] = row + f * p.cs_s1;
     cs_idx[V + i] = row + (half + f) * p.cs_s1;
   }
-  float cs[2 * V];
-  load_floats<2 * V>(p.cos_sin, p.cos_sin_dtype, cs_idx, cs);
+  uint32_t cs_raw[2 * V];
+  ld_raw_elems<2 * V>(p.cos_sin, p.cos_sin_dtype, cs_idx, cs_raw);
   float ss = 0.0f;
 #pragma unroll
   for (int i = 0; i < V; ++i) ss = __fadd_rn(ss, __fmul_rn(x[i], x[i]));
@@ -267,6 +269,8 @@ __device__ __forceinline__ void norm_rope(const FusedParams& p, int64_t pos, con
   const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(p.head_dim) + p.eps);
 #pragma unroll
   for (int i = 0; i < V; ++i) x[i] = __fmul_rn(__fmul_rn(x[i], inv_rms), __fadd_rn(1.0f, wv[i]));
+  float cs[2 * V];
+  raw_elems_to_floats<2 * V>(p.cos_sin_dtype, cs_raw, cs);
 #pragma unroll
   for (int i = 0; i < V; ++i) {
     const float other = __shfl_sync(0xffffffffu, x[i], partner);
