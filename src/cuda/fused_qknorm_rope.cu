@@ -244,18 +244,22 @@ __device__ __forceinline__ void norm_rope(const FusedParams& p, int64_t pos, con
   // (the launcher requires half % V == 0). Every lane joins the shuffles. The cos/sin entries
   // are loaded in one batch as raw bits and converted after the RMS, which then overlaps their
   // round trip for every table dtype (converted inside load_floats' dtype switch, a 16-bit
-  // table's were waited for before it); lanes past the rotary dims load the entries of
-  // f = d % half (in bounds) and ignore them.
+  // table's were waited for before it); lanes past the rotary dims load the entries of f < V
+  // (in bounds) and ignore them.
   const int half = p.rotary_dim / 2;
   const int first = lane * V;
   const bool rotated = first < p.rotary_dim;
   const bool low = first < half;
   const int partner = rotated ? (low ? lane + half / V : lane - half / V) : lane;
   const int64_t row = pos * p.cs_s0;
+  // Frequency f = d % half of dim d = first + i: first and half are multiples of V, so that is
+  // f0 + i with f0 = first % half, found without a division (V of them, by a runtime divisor,
+  // sat between the position's arrival and these loads).
+  const int f0 = low ? first : rotated ? first - half : 0;
   int64_t cs_idx[2 * V];
 #pragma unroll
   for (int i = 0; i < V; ++i) {
-    const int f = (first + i) % half;
+    const int f = f0 + i;
     cs_idx[i] = row + f * p.cs_s1;
     cs_idx[V + i] = row + (half + f) * p.cs_s1;
   }
