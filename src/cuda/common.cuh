@@ -71,6 +71,14 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
 // the fields the prologue needs before its first loads share as few lines as possible; RowMap
 // is one line.
 //
+// x / d for 0 <= x < 2^32 and d >= 1: a shift where d is a power of two (block sizes and query
+// lengths usually are; the test is uniform where d is), else a 32-bit division. Runtime divisors
+// sit on the kernels' critical paths (the row's request, its visible blocks): a 32-bit division
+// is ~20 dependent instructions around a MUFU.RCP, a 64-bit one adds a branch to a library call.
+__device__ __forceinline__ uint32_t div_u32(uint32_t x, uint32_t d) {
+  return (d & (d - 1)) == 0 ? x >> (__ffs(static_cast<int>(d)) - 1) : x / d;
+}
+
 // Issuing loads: a load whose value is used in the branch that issued it (load_as_float in a
 // loop converts each element inside its dtype case; `cond ? p[i] : 0` does the same) makes the
 // thread wait for it before it issues the next, one memory round trip per element (measured

@@ -43,6 +43,14 @@ __device__ __forceinline__ uint32_t ld_decode_seq_len(const RowMap& m, int64_t r
   return ld_raw_u32(m.seq_lens + req * m.seq_lens_stride);
 }
 
+// ld_decode_seq_len for a caller that found the row's request itself (req = row / query_len,
+// which the attention kernel divides by a shift when query_len is a power of two).
+__device__ __forceinline__ uint32_t ld_decode_seq_len_of(const RowMap& m, int64_t req) {
+  if (m.cu_seqlens_q != nullptr || m.num_requests <= 0) return 0;
+  req = min(req, static_cast<int64_t>(m.num_requests) - 1);
+  return ld_raw_u32(m.seq_lens + req * m.seq_lens_stride);
+}
+
 // The decode-batch part of resolve_row for request req < num_requests, given its sequence length
 // s (loaded by the caller, or by resolve_row).
 __device__ inline RowInfo resolve_decode_row(const RowMap& m, int32_t* flags, int64_t req,
@@ -103,6 +111,16 @@ __device__ inline RowInfo resolve_row(const RowMap& m, int64_t row, int32_t* fla
                                       uint32_t early_seq_len) {
   if (m.cu_seqlens_q != nullptr) return resolve_row(m, row, flags);
   const int64_t req = row / m.query_len;
+  if (req >= m.num_requests) return RowInfo{-1, 0, m.num_rows};
+  return resolve_decode_row(m, flags, req, static_cast<int32_t>(early_seq_len));
+}
+
+// The same with the row's decode request found by the caller (ld_decode_seq_len_of). The index
+// kernels keep the forms that divide here: in their instances at the 128-register bound, a
+// different division moved registers into stack frames.
+__device__ inline RowInfo resolve_row_of(const RowMap& m, int64_t row, int32_t* flags,
+                                         uint32_t early_seq_len, int64_t req) {
+  if (m.cu_seqlens_q != nullptr) return resolve_row(m, row, flags);
   if (req >= m.num_requests) return RowInfo{-1, 0, m.num_rows};
   return resolve_decode_row(m, flags, req, static_cast<int32_t>(early_seq_len));
 }

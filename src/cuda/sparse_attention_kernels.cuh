@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
   const int64_t row = blockIdx.x;
-  const int kvh = static_cast<int>(blockIdx.y) / prm.head_chunks;
+  const int kvh = static_cast<int>(div_u32(blockIdx.y, static_cast<uint32_t>(prm.head_chunks)));
   const int hc = static_cast<int>(blockIdx.y) - kvh * prm.head_chunks;
   const int split = blockIdx.z;
   const int head0 = kvh * prm.group + hc * kAttnHeads;
@@ -236,7 +236,10 @@ __global__ void __launch_bounds__(kAttnThreads)
   constexpr int kQItems = kSteps * 32 / kAttnThreads;
   static_assert(kQItems * kAttnThreads == kSteps * 32, "Q fragments per thread");
   const int W = prm.topk_width;  // >= 1 (validated)
-  const uint32_t early_seq_len = ld_decode_seq_len(prm.rows, row);
+  // The row's request in a decode batch (row < 2^31; unused with cu_seqlens_q).
+  const int64_t req =
+      div_u32(static_cast<uint32_t>(row), static_cast<uint32_t>(prm.rows.query_len));
+  const uint32_t early_seq_len = ld_decode_seq_len_of(prm.rows, req);
   int32_t tk[kTkPer];
 #pragma unroll
   for (int r = 0; r < kTkPer; ++r) {
@@ -264,12 +267,14 @@ __global__ void __launch_bounds__(kAttnThreads)
   // One CTA per (row, KV head) reports bad values, so a bad entry costs one atomic.
   int32_t* flags = (split == 0 && hc == 0) ? prm.error_flags : nullptr;
   const RowInfo info =
-      resolve_row(prm.rows, row, (tid == 0 && kvh == 0) ? flags : nullptr, early_seq_len);
+      resolve_row_of(prm.rows, row, (tid == 0 && kvh == 0) ? flags : nullptr, early_seq_len, req);
   if (row == 0 && tid == 0 && kvh == 0) check_cu_seqlens(prm.rows, flags);
   const int64_t pos = info.pos_base + row;
   const bool live = info.req >= 0 && pos >= 0;
   const int64_t bs = prm.rows.block_size;
-  const int64_t own = live ? pos / bs : -1;
+  // pos < 2^31 (a position within an int32 sequence length); block sizes are powers of two.
+  const int64_t own =
+      live ? div_u32(static_cast<uint32_t>(pos), static_cast<uint32_t>(bs)) : int64_t{-1};
   // Q goes to shared memory here, while its loads (issued with the top-k and sequence-length
   // ones) are the same round trip: written later it would wait a second one, and holding it in
   // registers across the block-table lookup lets the compiler sink the loads instead. On the
@@ -650,7 +655,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   //    per-layer scales). Its subtile fragments take 32 registers (40 with per-token-head
   //    scales); a 16-bit one's 64 would not leave room for a second.
   int i = sub_begin + warp;
-  int li = i / spb, sb = i - li * spb;
+  int li = static_cast<int>(div_u32(static_cast<uint32_t>(i), static_cast<uint32_t>(spb)));
+  int sb = i - li * spb;
   // One subtile: issues the loads of the warp's next subtile into `next`, then computes (li, sb)
   // from `cur`.
   auto step = [&](const Tile& cur, Tile& next) {
