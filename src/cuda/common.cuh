@@ -61,6 +61,16 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
   return r;
 }
 
+// x / d for 0 <= x < 2^32 and d >= 1: a shift where d is a power of two (block sizes, query
+// lengths and head-chunk counts usually are; the test is uniform where d is), else a 32-bit
+// division. The attention kernel's divisions sit on its path to its next loads, and a 32-bit
+// division is ~20 dependent instructions around a MUFU.RCP (a 64-bit one adds a branch to a
+// library call): bench/results/2026-12-01-attn-divisions/. The index scorers keep plain
+// divisions, whose register use their instances at the 128-register bound are tuned to.
+__device__ __forceinline__ uint32_t div_u32(uint32_t x, uint32_t d) {
+  return (d & (d - 1)) == 0 ? x >> (__ffs(static_cast<int>(d)) - 1) : x / d;
+}
+
 // Kernel parameters: a kernel reads its parameter struct through the constant cache, which is
 // cold at its start. A uniform read (ULDC, or a c[] operand) that misses stalls the warp until
 // its 64-byte line arrives, and a warp's first misses come one after another (Nsight Compute
@@ -71,14 +81,6 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
 // the fields the prologue needs before its first loads share as few lines as possible; RowMap
 // is one line.
 //
-// x / d for 0 <= x < 2^32 and d >= 1: a shift where d is a power of two (block sizes and query
-// lengths usually are; the test is uniform where d is), else a 32-bit division. Runtime divisors
-// sit on the kernels' critical paths (the row's request, its visible blocks): a 32-bit division
-// is ~20 dependent instructions around a MUFU.RCP, a 64-bit one adds a branch to a library call.
-__device__ __forceinline__ uint32_t div_u32(uint32_t x, uint32_t d) {
-  return (d & (d - 1)) == 0 ? x >> (__ffs(static_cast<int>(d)) - 1) : x / d;
-}
-
 // Issuing loads: a load whose value is used in the branch that issued it (load_as_float in a
 // loop converts each element inside its dtype case; `cond ? p[i] : 0` does the same) makes the
 // thread wait for it before it issues the next, one memory round trip per element (measured
