@@ -30,7 +30,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 // In order of first use ("Kernel parameters" in common.cuh): the prologue's fields (the grid's
 // decomposition and top-k ids, the row map, Q and the block table) fill the first three 64-byte
-// lines, the K/V addressing of the main loop one more, and the outputs' come last.
+// lines; then the scales and flags, the main loop's K/V addressing (one line), the outputs.
 struct SparseAttnParams {
   int32_t group, head_chunks;
   int32_t topk_width;
