@@ -260,7 +260,8 @@ inline BlockRange index_cta_blocks(const IndexLaunchPlan& p, int64_t chunk, int6
 // About two resident 128-thread attention CTAs per SM (about 230 registers per thread).
 constexpr int64_t kAttnCtasPerSm = 2;
 constexpr int64_t kAttnWarpsPerCta = 4;
-// Splits of one row merged by the merge kernel (which keeps their LSEs in shared memory).
+// Splits of one row merged by the merge kernel (it loads the first 32 splits' partials and
+// log2-sum-exps in one batch into registers, and reads any further ones in a loop).
 constexpr int64_t kAttnMaxSplits = 64;
 // Splits of one row run as one thread-block cluster: Hopper's largest (non-portable) size.
 constexpr int64_t kAttnMaxClusterSplits = 16;

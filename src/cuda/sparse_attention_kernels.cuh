@@ -272,7 +272,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int64_t pos = info.pos_base + row;
   const bool live = info.req >= 0 && pos >= 0;
   const int64_t bs = prm.rows.block_size;
-  // pos < 2^31 (a position within an int32 sequence length); block sizes are powers of two.
+  // pos < 2^31 (a position within an int32 sequence length); block sizes are usually powers of
+  // two, which div_u32 divides by a shift.
   const int64_t own =
       live ? div_u32(static_cast<uint32_t>(pos), static_cast<uint32_t>(bs)) : int64_t{-1};
   // Q goes to shared memory here, while its loads (issued with the top-k and sequence-length
