@@ -7,11 +7,12 @@ BUILD_DIR is a Ninja build of this tree with the CUDA backend (its libmsa.a up t
 is a folder of files at their repository paths (bench/ab/ab.sh snapshot), or "tree". For each
 variant the objects of libmsa whose sources or included headers the variant replaces are
 recompiled with BUILD_DIR's own compile commands, the variant's folders searched first for
-includes and its copy of a source used where it has one; they replace their members in a copy of
-libmsa.a, and bench/ab/op_ab.cu is linked against it into OUT_DIR/op_ab_NAME. "tree" links the
-archive as it is. The binaries then run on the GPU machine (bench/ab/ab.sh run-bins), so a device
-call spends no time building. Dependencies come from `ninja -t deps`, so BUILD_DIR must have
-built every object once.
+includes and its copy of a source used where it has one; with the other objects they make the
+variant's libmsa, and bench/ab/op_ab.cu (the variant's copy if it has one: a snapshot that
+predates API the tree's op_ab.cu uses) is linked against it into OUT_DIR/op_ab_NAME. "tree"
+links the archive as it is. The binaries then run on the GPU machine (bench/ab/ab.sh run-bins),
+so a device call spends no time building. Dependencies come from `ninja -t deps`, so BUILD_DIR
+must have built every object once.
 """
 import os
 import shlex
@@ -55,14 +56,19 @@ def variant_files(variant):
 def build_variant(build, out_dir, variant, objects, deps):
     name = os.path.basename(os.path.normpath(variant))
     lib = os.path.join(out_dir, f"libmsa_{name}.a")
-    shutil.copyfile(os.path.join(build, "libmsa.a"), lib)
-    if variant != "tree":
+    if variant == "tree":
+        shutil.copyfile(os.path.join(build, "libmsa.a"), lib)
+    else:
         replaced = variant_files(variant)
         tmp_dir = tempfile.TemporaryDirectory(prefix=f"overlay_{name}_")
         tmp = tmp_dir.name
-        members = []
+        # Every object of libmsa in build order, the recompiled ones from tmp (at their paths
+        # relative to the build: sources in different folders share object names, e.g.
+        # src/core/index_topk.cc and src/cpu/index_topk.cc).
+        members, recompiled = [], 0
         for obj, args in objects:
             if not deps[obj] & replaced.keys():
+                members.append(os.path.join(build, obj))
                 continue
             cmd = list(args)
             src = cmd.index("-c") + 1
@@ -70,7 +76,8 @@ def build_variant(build, out_dir, variant, objects, deps):
             first_include = next(i for i, a in enumerate(cmd) if a.startswith("-I"))
             cmd[first_include:first_include] = [f"-I{os.path.join(variant, 'include')}",
                                                 f"-I{os.path.join(variant, 'src')}"]
-            member = os.path.join(tmp, os.path.basename(obj))
+            member = os.path.join(tmp, obj)
+            os.makedirs(os.path.dirname(member), exist_ok=True)
             cmd[cmd.index("-o") + 1] = member
             for flag in ("-MD", "-MT", "-MF"):
                 while flag in cmd:
@@ -79,14 +86,24 @@ def build_variant(build, out_dir, variant, objects, deps):
             print(f"  {name}: {os.path.basename(obj)}", flush=True)
             subprocess.run(cmd, cwd=build, check=True)
             members.append(member)
-        if not members:
+            recompiled += 1
+        if not recompiled:
             sys.exit(f"{variant}: replaces nothing libmsa is built from")
-        subprocess.run(["ar", "r", lib] + members, check=True)
+        # A new archive, as CMake makes it (`ar qc` keeps members of the same name; `ar r` into
+        # a copy of the tree's would replace the first of them).
+        if os.path.exists(lib):
+            os.remove(lib)
+        subprocess.run(["ar", "qc", lib] + members, check=True)
+        subprocess.run(["ranlib", lib], check=True)
         tmp_dir.cleanup()
     binary = os.path.join(out_dir, f"op_ab_{name}")
     include = os.path.join(variant if variant != "tree" else REPO, "include")
+    # A variant may carry its own op_ab.cu, when the tree's uses API the variant lacks.
+    source = os.path.join(variant, "bench/ab/op_ab.cu")
+    if variant == "tree" or not os.path.exists(source):
+        source = os.path.join(REPO, "bench/ab/op_ab.cu")
     subprocess.run(["nvcc", "-std=c++17", "-arch=sm_90a", "-O3", f"-I{include}",
-                    f"-I{os.path.join(REPO, 'include')}", os.path.join(REPO, "bench/ab/op_ab.cu"),
+                    f"-I{os.path.join(REPO, 'include')}", source,
                     lib, "-lpthread", "-o", binary], check=True)
     print(binary)
 
