@@ -782,7 +782,9 @@ __global__ void __launch_bounds__(kAttnThreads)
 
   if (!prm.cluster) {
     // The merge kernel combines the normalised partials and their log2-sum-exps. It is a
-    // dependent launch that waits for them (wait_for_prior_grid), so it may start now.
+    // dependent launch that waits for them (wait_for_prior_grid), so it may start now. (Here,
+    // not earlier or at the exit: a trigger at the CTA's start, after its main loop or at its
+    // exit made merge-kernel calls 0.3-3 us slower, bench/results/2026-12-01-attn-merge-trigger/.)
     allow_dependent_launch();
     const int64_t T = prm.rows.num_rows;
 #pragma unroll
