@@ -86,37 +86,8 @@ __device__ __forceinline__ uint32_t div_u32(uint32_t x, uint32_t d) {
 // thread wait for it before it issues the next, one memory round trip per element (measured
 // ~0.2 us each on the H200, bench/results/2026-11-29-latency-probes/). Kernels therefore take the
 // dtype branch once, issue all loads unconditionally (indices clamped into the tensor, unused
-// values dropped after they arrive) and convert afterwards, as load_floats does.
-template <typename T, int N>
-__device__ __forceinline__ void load_floats_as(const T* p, const int64_t (&idx)[N],
-                                               float (&out)[N]) {
-  T r[N];
-#pragma unroll
-  for (int i = 0; i < N; ++i) r[i] = p[idx[i]];
-#pragma unroll
-  for (int i = 0; i < N; ++i) out[i] = to_float(r[i]);
-}
-
-// Elements idx[0..N) of a bf16/f16/e4m3/f32 buffer as floats, all N loads in one round trip.
-template <int N>
-__device__ __forceinline__ void load_floats(const void* p, DType t, const int64_t (&idx)[N],
-                                            float (&out)[N]) {
-  switch (t) {
-    case DType::kBF16:
-      load_floats_as(static_cast<const __nv_bfloat16*>(p), idx, out);
-      break;
-    case DType::kF16:
-      load_floats_as(static_cast<const __half*>(p), idx, out);
-      break;
-    case DType::kE4M3:
-      load_floats_as(static_cast<const uint8_t*>(p), idx, out);
-      break;
-    default:
-      load_floats_as(static_cast<const float*>(p), idx, out);
-      break;
-  }
-}
-
+// values dropped after they arrive) and convert afterwards, as ld_raw_elems and
+// raw_elems_to_floats do.
 // Loads issued where they are written, as raw bits. A plain load can still cost its own round
 // trip: the compiler converts its value right after it when a branch follows (an i32 -> i64 sign
 // extension, a bf16 unpack, a dtype switch), and the thread waits there before it reaches the
@@ -185,8 +156,8 @@ __device__ __forceinline__ int64_t index_value(RawIndex r, bool is_i64) {
                 : static_cast<int64_t>(static_cast<int32_t>(r.lo));
 }
 
-// Elements idx[0..N) of a bf16/f16/e4m3/f32 buffer as raw bits, and their conversion: load_floats
-// in two parts, so that other loads can be issued between them.
+// Elements idx[0..N) of a bf16/f16/e4m3/f32 buffer as raw bits, all N loads in one round trip,
+// and their conversion to floats: two parts, so that other loads can be issued between them.
 template <int N>
 __device__ __forceinline__ void ld_raw_elems(const void* p, DType t, const int64_t (&idx)[N],
                                              uint32_t (&raw)[N]) {

@@ -243,9 +243,9 @@ __device__ __forceinline__ void norm_rope(const FusedParams& p, int64_t pos, con
   // The partner of dim d = lane * V + i is d +- half, held by lane +- half / V at the same i
   // (the launcher requires half % V == 0). Every lane joins the shuffles. The cos/sin entries
   // are loaded in one batch as raw bits and converted after the RMS, which then overlaps their
-  // round trip for every table dtype (converted inside load_floats' dtype switch, a 16-bit
-  // table's were waited for before it); lanes past the rotary dims load the entries of f < V
-  // (in bounds) and ignore them.
+  // round trip for every table dtype (converted inside the dtype switch that loaded them, a
+  // 16-bit table's were waited for before it); lanes past the rotary dims load the entries of
+  // f < V (in bounds) and ignore them.
   const int half = p.rotary_dim / 2;
   const int first = lane * V;
   const bool rotated = first < p.rotary_dim;
