@@ -271,6 +271,7 @@ struct AttnLaunchPlan {
   int64_t splits = 1;              // grid.z; > 1: the partials are merged, in-cluster or by kernel
   int64_t subtiles_per_split = 0;  // 16-key subtiles of the row's selected-block list per split
   bool cluster = false;            // the splits of a row are one cluster (cluster z = splits >= 2)
+  bool block_ctas = false;         // one list entry per split, run by the one-block kernel
 };
 
 // What the device can run as clusters of the attention kernel: the largest cluster size it
@@ -299,13 +300,27 @@ constexpr int64_t kAttnClusterMaxSubtiles = 2 * kAttnWarpsPerCta;
 // attention stage from 15.7 to 13.7 us. Otherwise the pieces (at most kAttnMaxSplits) are combined
 // by a merge kernel: at batch 16-64 the cluster cuts were slower, because 16-CTA clusters only fit
 // 14 at a time and smaller ones mean longer splits (bench/results/2026-11-29-cluster-merge-ab/).
+//
+// block_entries: the top-k width W when the call can run the one-block kernel (16-bit K/V, head
+// dim 128, 128-key blocks), else 0. Where a split per list entry still fits one resident wave
+// (W x rows x head groups <= kAttnCtasPerSm per SM; TP4 decode batch 1-16 at top-16), each list
+// entry is a split of its own for that kernel, ahead of both plans above: batch 1-16 attention
+// 2-3 us faster on the H200 (bench/results/2026-12-01-attn-block-ctas/).
 inline AttnLaunchPlan plan_attention_launch(int64_t rows, int64_t head_groups, int64_t max_subtiles,
-                                            int sm_count, AttnClusterLimits clusters = {}) {
+                                            int sm_count, AttnClusterLimits clusters = {},
+                                            int64_t block_entries = 0) {
   AttnLaunchPlan p;
   p.rows = rows;
   p.subtiles_per_split = max_subtiles;
   const int64_t wanted = kAttnCtasPerSm * std::max(sm_count, 1);
   const int64_t ctas = rows * head_groups;
+  if (ctas > 0 && block_entries > 1 && block_entries <= kAttnMaxSplits &&
+      max_subtiles % block_entries == 0 && ctas * block_entries <= wanted) {
+    p.splits = block_entries;
+    p.subtiles_per_split = max_subtiles / block_entries;
+    p.block_ctas = true;
+    return p;
+  }
   if (ctas == 0 || ctas >= wanted || max_subtiles <= kAttnWarpsPerCta) return p;
   // Equal pieces of a whole number of warps' subtiles.
   auto per_split = [&](int64_t pieces) {

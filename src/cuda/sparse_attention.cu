@@ -1,6 +1,11 @@
 // CUDA backend of sparse attention, decode and prefill forms (spec A5, A7, A8).
 //
-// Work decomposition: one CTA (4 warps) per (query row, KV head, chunk of 16 q heads, split).
+// Work decomposition: one CTA per (query row, KV head, chunk of 16 q heads, split). Two kernels:
+//  * sparse_attention_block_kernel (8 warps; 16-bit K/V, head dim 128, 128-key blocks) when a
+//    split per selected block fits one resident wave (TP4 decode batch 1-16 at top-16): each CTA
+//    copies its block's K and V into shared memory at once and computes it whole, and the merge
+//    kernel combines the blocks (described with the kernel in sparse_attention_kernels.cuh);
+//  * sparse_attention_kernel (4 warps) otherwise, described here.
 // The G q heads of a KV head share every K/V load by forming the M dimension of
 // mma.sync.m16n8k16 (G = 16 fills it; G = 8 at TP8 pads with zero rows), so the cache bytes of a
 // row are read once per CTA, not once per head. Operands go from global memory straight into
@@ -21,8 +26,9 @@
 // shapes only, with the total CTA count kept within ~2 per SM (one resident wave). Each split
 // normalises its partial output and log2-sum-exp, and they are combined in ascending split order
 // in one of two ways:
-//  * in-cluster (up to 14 rows x head groups on the H200: TP4 decode batch 1-14, or 1-3 with
-//    4 speculative rows): the splits of a row are one thread-block cluster of up to 16 CTAs;
+//  * in-cluster (calls the one-block kernel does not take, e4m3 K/V among them, with up to 14
+//    rows x head groups on the H200: TP4 decode batch 1-14, or 1-3 with 4 speculative rows): the
+//    splits of a row are one thread-block cluster of up to 16 CTAs;
 //    after a cluster barrier, split r combines heads r, r + splits, ... of all
 //    splits through distributed shared memory. One kernel, no workspace: the attention stage at
 //    batch 1 went from 15.7 to 13.7 us on the H200.
@@ -40,7 +46,9 @@
 // probabilities P are rounded to the MMA type before P.V. e4m3 K/V are multiplied as exact f16
 // and their scales applied to fp32 values: per-layer ones to the logits and outputs,
 // per-token-head ones to the logits and probabilities (the same values for power-of-two scales).
-// Logits, the online softmax, the accumulators and the merges are fp32.
+// Logits, the online softmax, the accumulators and the merges are fp32. The one-block kernel
+// rounds P after the block's maximum (one softmax per block), the 4-warp kernel after each
+// 16-key subtile's running maximum, so the two give different bits within these bounds.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -138,10 +146,32 @@ DeviceLimits device_limits(const AttnProblem& pb) {
   return {device_sm_count(), cluster_limits(pb)};
 }
 
-// The split plan of a call with `rows` query rows (shapes and the device only).
-AttnPlan plan(const AttnProblem& pb, int64_t rows, const DeviceLimits& dev) {
+// Whether sparse_attention_block_kernel can run calls of these shapes (16-bit K/V, head dim
+// 128, 128-key blocks) ...
+bool block_kernel_shapes(const AttnProblem& pb) {
+  const DType kv = pb.kv.k.dtype;
+  return (kv == DType::kBF16 || kv == DType::kF16) && pb.head_dim() == kBlockDim &&
+         pb.kv.block_size() == kBlockKeys;
+}
+
+// ... and this call: Q rows it can read as 16-byte runs (pointer and row / head strides). The
+// other calls run sparse_attention_kernel, which reads Q element by element.
+bool block_kernel_fits(const AttnProblem& pb) {
+  const int64_t per16 = 16 / dtype_size(pb.q.dtype);
+  return block_kernel_shapes(pb) && reinterpret_cast<uintptr_t>(pb.q.data) % 16 == 0 &&
+         pb.q.strides[0] % per16 == 0 && pb.q.strides[1] % per16 == 0;
+}
+
+// The split plan of a call with `rows` query rows (shapes and the device only), with the
+// one-block kernel or without it.
+AttnPlan plan_with(const AttnProblem& pb, int64_t rows, const DeviceLimits& dev, bool block) {
   return detail::plan_attention_launch(rows, pb.kv_heads() * pb.head_chunks(), pb.max_subtiles(),
-                                       dev.sms, dev.clusters);
+                                       dev.sms, dev.clusters, block ? pb.topk.shape[2] : 0);
+}
+
+// The plan a call runs (its strides and Q's alignment decide whether the one-block kernel can).
+AttnPlan plan(const AttnProblem& pb, int64_t rows, const DeviceLimits& dev) {
+  return plan_with(pb, rows, dev, block_kernel_fits(pb));
 }
 
 size_t partial_out_bytes(const AttnProblem& pb, const AttnPlan& p) {
@@ -158,12 +188,17 @@ size_t plan_bytes(const AttnProblem& pb, const AttnPlan& p) {
 
 // Fewer rows can mean more splits, so the workspace for a capacity of T rows is the largest need
 // of any call with T' <= T rows: a workspace sized once at capacity then serves every smaller
-// batch. Splits only happen below the policy's CTA target, which bounds the search.
+// batch. Splits only happen below the policy's CTA target, which bounds the search. Where the
+// shapes allow the one-block kernel, both plans count, with it and without it: whether it runs
+// depends on Q's alignment, which the tensors the size was asked with need not share.
 size_t workspace_bytes(const AttnProblem& pb, const DeviceLimits& dev) {
   size_t bytes = 0;
   const int64_t limit = std::min<int64_t>(pb.rows(), detail::kAttnCtasPerSm * dev.sms);
-  for (int64_t rows = 1; rows <= limit; ++rows)
-    bytes = std::max(bytes, plan_bytes(pb, plan(pb, rows, dev)));
+  for (int64_t rows = 1; rows <= limit; ++rows) {
+    bytes = std::max(bytes, plan_bytes(pb, plan_with(pb, rows, dev, false)));
+    if (block_kernel_shapes(pb))
+      bytes = std::max(bytes, plan_bytes(pb, plan_with(pb, rows, dev, true)));
+  }
   return bytes;
 }
 
@@ -206,8 +241,23 @@ Status check_supported(const AttnProblem& pb) {
 }
 
 template <typename CacheT>
-Status launch_attention(const SparseAttnParams& prm, int64_t head_dim, dim3 grid,
+Status launch_attention(const SparseAttnParams& prm, int64_t head_dim, bool block_ctas, dim3 grid,
                         cudaStream_t stream) {
+  if constexpr (sizeof(CacheT) == 2) {
+    if (block_ctas) {
+      const auto kernel = sparse_attention_block_kernel<CacheT>;
+      const cudaError_t e = cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBlockSmemBytes);
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return Status(
+            StatusCode::kCudaError,
+            std::string("sparse_attention_block_kernel: shared memory: ") + cudaGetErrorString(e));
+      }
+      return launch_kernel("sparse_attention_block_kernel", kernel, grid, dim3(kBlockThreads),
+                           kBlockSmemBytes, stream, prm);
+    }
+  }
   const auto kernel = kernel_for<CacheT>(head_dim, prm.cluster, prm.scale_mode);
   if (!prm.cluster) {
     return launch_kernel("sparse_attention_kernel", kernel, grid, dim3(kAttnThreads), 0, stream,
@@ -305,13 +355,16 @@ Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
                   static_cast<unsigned>(p.splits));
   switch (pb.kv.k.dtype) {
     case DType::kBF16:
-      MSA_RETURN_IF_ERROR(launch_attention<__nv_bfloat16>(prm, pb.head_dim(), grid, cuda_stream));
+      MSA_RETURN_IF_ERROR(
+          launch_attention<__nv_bfloat16>(prm, pb.head_dim(), p.block_ctas, grid, cuda_stream));
       break;
     case DType::kF16:
-      MSA_RETURN_IF_ERROR(launch_attention<__half>(prm, pb.head_dim(), grid, cuda_stream));
+      MSA_RETURN_IF_ERROR(
+          launch_attention<__half>(prm, pb.head_dim(), p.block_ctas, grid, cuda_stream));
       break;
     default:
-      MSA_RETURN_IF_ERROR(launch_attention<uint8_t>(prm, pb.head_dim(), grid, cuda_stream));
+      MSA_RETURN_IF_ERROR(
+          launch_attention<uint8_t>(prm, pb.head_dim(), p.block_ctas, grid, cuda_stream));
       break;
   }
   if (p.splits == 1 || p.cluster) return Status::Ok();

@@ -166,6 +166,109 @@ __device__ __forceinline__ void load_q_items(const SparseAttnParams& prm, int64_
   }
 }
 
+// A row's selection as shared by the CTAs of both attention kernels: the valid ids in
+// ascending order with their pages (list_id / list_page, nsel of them).
+struct AttnList {
+  int32_t id[kMaxTopkWidth];
+  int32_t page[kMaxTopkWidth];
+  uint8_t first[kMaxTopkWidth];
+  int32_t list_id[kMaxTopkWidth];
+  int32_t list_page[kMaxTopkWidth];
+  int32_t nsel;
+};
+
+// Builds the row's selection as a set: ids beyond the visible blocks (own: the row's own block,
+// -1 when the row is not live) or with a bad page are skipped (and reported to flags),
+// duplicates count once, and the list is sorted ascending (spec A5 order). Entry e of the row is
+// held by thread e % kThreads as tk[e / kThreads]. The caller synchronises the CTA before it
+// reads the list.
+template <int kThreads, int kTkPer>
+__device__ __forceinline__ void build_attn_list(const SparseAttnParams& prm,
+                                                const int32_t (&tk)[kTkPer], bool live, int64_t own,
+                                                int64_t req, int32_t* flags, AttnList& sl) {
+  static_assert(kTkPer * kThreads >= kMaxTopkWidth, "every top-k entry has a thread");
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int W = prm.topk_width;
+  auto validate = [&](int32_t raw, int32_t& id, int32_t& page) {
+    id = -1;
+    page = 0;
+    if (!live) return;
+    if (raw > own) {
+      raise_error(flags, kDeviceErrorTopkId);
+    } else if (raw >= 0) {
+      const int32_t pg = prm.block_table[req * prm.bt_stride_req + raw * prm.bt_stride_block];
+      if (pg < 0 || pg >= prm.num_cache_blocks) {
+        raise_error(flags, kDeviceErrorBlockId);
+      } else {
+        id = raw;
+        page = pg;
+      }
+    }
+  };
+  if (W <= 32) {
+    // The usual case (top-16): warp 0 builds the list with warp votes, no CTA barrier.
+    if (warp == 0) {
+      int32_t id, page;
+      validate(lane < W ? tk[0] : -1, id, page);
+      // The index op writes its lists front-packed and strictly ascending; then each valid id is
+      // its own rank, and the general ranking below (about 240 instructions, while the other
+      // warps wait at the barrier) is not needed. Both give the same list.
+      const int32_t prev = __shfl_up_sync(0xFFFFFFFFu, id, 1);
+      const bool in_order = id < 0 || lane == 0 || (prev >= 0 && prev < id);
+      if (__all_sync(0xFFFFFFFFu, in_order)) {
+        const uint32_t valid = __ballot_sync(0xFFFFFFFFu, id >= 0);
+        if (id >= 0) {
+          sl.list_id[lane] = id;
+          sl.list_page[lane] = page;
+        }
+        if (lane == 0) sl.nsel = __popc(valid);
+      } else {
+        const uint32_t same = __match_any_sync(0xFFFFFFFFu, id);
+        const bool first = id >= 0 && __ffs(same) - 1 == lane;
+        const uint32_t firsts = __ballot_sync(0xFFFFFFFFu, first);
+        int rank = 0;
+#pragma unroll
+        for (int f = 0; f < 32; ++f) {
+          const int32_t other = __shfl_sync(0xFFFFFFFFu, id, f);
+          rank += ((firsts >> f) & 1u) && other < id ? 1 : 0;
+        }
+        if (first) {
+          sl.list_id[rank] = id;
+          sl.list_page[rank] = page;
+        }
+        if (lane == 0) sl.nsel = __popc(firsts);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < kTkPer; ++r) {
+      const int e = tid + r * kThreads;
+      if (e < W) validate(tk[r], sl.id[e], sl.page[e]);
+    }
+    __syncthreads();
+    for (int e = tid; e < W; e += kThreads) {
+      const int32_t id = sl.id[e];
+      bool first = id >= 0;
+      for (int f = 0; f < e && first; ++f) first = sl.id[f] != id;
+      sl.first[e] = first ? 1 : 0;
+    }
+    __syncthreads();
+    for (int e = tid; e < W; e += kThreads) {
+      if (!sl.first[e]) continue;
+      const int32_t id = sl.id[e];
+      int rank = 0;
+      for (int f = 0; f < W; ++f) rank += (sl.first[f] && sl.id[f] < id) ? 1 : 0;
+      sl.list_id[rank] = id;
+      sl.list_page[rank] = sl.page[e];
+    }
+    if (tid == 0) {
+      int n = 0;
+      for (int f = 0; f < W; ++f) n += sl.first[f];
+      sl.nsel = n;
+    }
+  }
+}
+
 // One CTA per (row, KV head x 16-head chunk, split). Fragment layouts (lane = 4 * g + c):
 //  * QK^T: A = Q [16 heads x 16 dims], B = K^T. The reduction dimension may be permuted freely
 //    as long as Q and K agree, so k-step kk = 2t + half maps MMA k-slots {2c, 2c+1, 2c+8, 2c+9}
@@ -206,12 +309,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   constexpr int kOutTiles = D / 8;
 
   __shared__ uint4 q_frag[kSteps][32];
-  __shared__ int32_t s_id[kMaxTopkWidth];
-  __shared__ int32_t s_page[kMaxTopkWidth];
-  __shared__ uint8_t s_first[kMaxTopkWidth];
-  __shared__ int32_t s_list_id[kMaxTopkWidth];
-  __shared__ int32_t s_list_page[kMaxTopkWidth];
-  __shared__ int32_t s_nsel;
+  __shared__ AttnList s_list;
   __shared__ float s_m[kAttnWarps][kAttnHeads];
   __shared__ float s_l[kAttnWarps][kAttnHeads];
   __shared__ float s_lse[kAttnHeads];   // the CTA's log2-sum-exp per head
@@ -309,90 +407,9 @@ __global__ void __launch_bounds__(kAttnThreads)
     store_q(1.0f);
   }
 
-  // The row's selection as a set: ids beyond the visible blocks or with a bad page are skipped
-  // (and reported), duplicates count once, and the list is sorted ascending (spec A5 order).
-  // Entry e of the row is held by thread e (tk[0]) or e + kAttnThreads (tk[1]).
-  auto validate = [&](int32_t raw, int32_t& id, int32_t& page) {
-    id = -1;
-    page = 0;
-    if (!live) return;
-    if (raw > own) {
-      raise_error(flags, kDeviceErrorTopkId);
-    } else if (raw >= 0) {
-      const int32_t pg = prm.block_table[info.req * prm.bt_stride_req + raw * prm.bt_stride_block];
-      if (pg < 0 || pg >= prm.num_cache_blocks) {
-        raise_error(flags, kDeviceErrorBlockId);
-      } else {
-        id = raw;
-        page = pg;
-      }
-    }
-  };
-  if (W <= 32) {
-    // The usual case (top-16): warp 0 builds the list with warp votes, no CTA barrier.
-    if (warp == 0) {
-      int32_t id, page;
-      validate(lane < W ? tk[0] : -1, id, page);
-      // The index op writes its lists front-packed and strictly ascending; then each valid id is
-      // its own rank, and the general ranking below (about 240 instructions, while the other
-      // warps wait at the barrier) is not needed. Both give the same list.
-      const int32_t prev = __shfl_up_sync(0xFFFFFFFFu, id, 1);
-      const bool in_order = id < 0 || lane == 0 || (prev >= 0 && prev < id);
-      if (__all_sync(0xFFFFFFFFu, in_order)) {
-        const uint32_t valid = __ballot_sync(0xFFFFFFFFu, id >= 0);
-        if (id >= 0) {
-          s_list_id[lane] = id;
-          s_list_page[lane] = page;
-        }
-        if (lane == 0) s_nsel = __popc(valid);
-      } else {
-        const uint32_t same = __match_any_sync(0xFFFFFFFFu, id);
-        const bool first = id >= 0 && __ffs(same) - 1 == lane;
-        const uint32_t firsts = __ballot_sync(0xFFFFFFFFu, first);
-        int rank = 0;
-#pragma unroll
-        for (int f = 0; f < 32; ++f) {
-          const int32_t other = __shfl_sync(0xFFFFFFFFu, id, f);
-          rank += ((firsts >> f) & 1u) && other < id ? 1 : 0;
-        }
-        if (first) {
-          s_list_id[rank] = id;
-          s_list_page[rank] = page;
-        }
-        if (lane == 0) s_nsel = __popc(firsts);
-      }
-    }
-  } else {
-#pragma unroll
-    for (int r = 0; r < kTkPer; ++r) {
-      const int e = tid + r * kAttnThreads;
-      if (e < W) validate(tk[r], s_id[e], s_page[e]);
-    }
-    __syncthreads();
-    for (int e = tid; e < W; e += kAttnThreads) {
-      const int32_t id = s_id[e];
-      bool first = id >= 0;
-      for (int f = 0; f < e && first; ++f) first = s_id[f] != id;
-      s_first[e] = first ? 1 : 0;
-    }
-    __syncthreads();
-    for (int e = tid; e < W; e += kAttnThreads) {
-      if (!s_first[e]) continue;
-      const int32_t id = s_id[e];
-      int rank = 0;
-      for (int f = 0; f < W; ++f) rank += (s_first[f] && s_id[f] < id) ? 1 : 0;
-      s_list_id[rank] = id;
-      s_list_page[rank] = s_page[e];
-    }
-    if (tid == 0) {
-      int n = 0;
-      for (int f = 0; f < W; ++f) n += s_first[f];
-      s_nsel = n;
-    }
-  }
-
+  build_attn_list<kAttnThreads>(prm, tk, live, own, info.req, flags, s_list);
   __syncthreads();
-  const int n_sel = s_nsel;
+  const int n_sel = s_list.nsel;
   // kE4m3F16: Q's fragments and the logit scale, from the warps' maxima; the main loop calls it
   // once its first loads are in flight, which then cover the barrier it needs. The other paths
   // use prm.scale_log2 as it is.
@@ -437,7 +454,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   // visible one) and its scales in their place, a finite value whose product with 0 is 0.
   int n_valid = n_sel * spb;
   int tail_i = -1, tail_last = 15;
-  if (n_sel > 0 && s_list_id[n_sel - 1] == own) {
+  if (n_sel > 0 && s_list.list_id[n_sel - 1] == own) {
     const int in_block = static_cast<int>(pos - own * bs);
     n_valid = (n_sel - 1) * spb + in_block / 16 + 1;
     tail_i = n_valid - 1;
@@ -490,7 +507,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   };
   // Subtile ti = (li, sb): the sb-th 16-key subtile of list entry li.
   auto load_tile = [&](int ti, int li, int sb, Tile& t) {
-    const int64_t page = s_list_page[li];
+    const int64_t page = s_list.list_page[li];
     const int off = sb * 16;
     const CacheT* kb = k_head + page * prm.k_stride_page + off * k_tok;
     const CacheT* vb = v_head + page * prm.v_stride_page + off * v_tok;
@@ -528,7 +545,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   // The online-softmax update of this warp with subtile (li, sb), whose fragments are in t.
   auto process = [&](int li, int sb, const Tile& t) {
     const int off = sb * 16;
-    const int64_t j0 = static_cast<int64_t>(s_list_id[li]) * bs + off;
+    const int64_t j0 = static_cast<int64_t>(s_list.list_id[li]) * bs + off;
     const auto& kr = t.kr;
     const auto& vr = t.vr;
     const auto& ksc = t.ksc;
@@ -851,6 +868,299 @@ __global__ void __launch_bounds__(kAttnThreads)
   // less at batch 1).
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+}
+
+// ---- One block per CTA (16-bit K/V, head dim 128, 128-key blocks) ----
+//
+// The split-K form of small decode batches where every split is one selected block: a CTA of
+// 8 warps takes entry `split` of the row's list and issues all of the block's K and V (64 KB)
+// as 16-byte asynchronous copies into shared memory at once, 32 per thread, so each warp has
+// 8 KB in flight (a warp drains about 4 KB per microsecond after a round trip,
+// bench/results/2026-11-30-attn-wide-ctas-ab/; 4-warp CTAs of two 16-key subtiles per warp,
+// loaded into registers, had 16 KB per warp). QK^T is split by keys (warp w: keys 16w..16w+15),
+// one softmax over the block's 128 keys (row maxima and sums cross the warps through shared
+// memory), and P.V by output dims (warp w: dims 16w..16w+15), so no warp's outputs need merging
+// with another's. Operands go to the MMAs with ldmatrix from shared memory whose rows are
+// 16-byte chunks XOR-swizzled by row (conflict-free ldmatrix of 8 rows of one chunk column).
+// The partials go to the merge kernel. bench/results/2026-12-01-attn-block-ctas/ has the
+// design's origin (the incumbent's split-K decode written in Triton ran 2-3 us faster at
+// batch 1-16 than the 4-warp kernel in the same harness) and the timings.
+constexpr int kBlockThreads = 256;
+constexpr int kBlockWarps = kBlockThreads / 32;
+constexpr int kBlockKeys = 128;
+constexpr int kBlockDim = 128;
+// Dynamic shared memory: K and V [128 keys][128 dims], Q and P [16 heads][128], 16-bit.
+constexpr int kBlockSmemBytes = (2 * kBlockKeys + 2 * kAttnHeads) * kBlockDim * 2;
+
+// Element offset of (row, chunk of 8 elements) in a [rows][128] 16-bit tile of 16 chunks a row.
+__device__ __forceinline__ int swz(int row, int chunk) {
+  return row * kBlockDim + ((chunk ^ (row & 7)) << 3);
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes from global to shared memory, asynchronously; with `keep` false the destination is
+// zero-filled and nothing is read.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool keep) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(keep ? 16 : 0)
+               : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// Eight Q elements of type QT from global memory, raw (converted by q8_pack after the batch of
+// prologue loads).
+template <typename QT>
+struct Q8 {
+  uint4 w[sizeof(QT) == 4 ? 2 : 1];
+};
+template <typename QT>
+__device__ __forceinline__ Q8<QT> q8_load(const QT* p) {
+  Q8<QT> q;
+#pragma unroll
+  for (int i = 0; i < (sizeof(QT) == 4 ? 2 : 1); ++i) q.w[i] = ld_raw_v4(p + i * (16 / sizeof(QT)));
+  return q;
+}
+template <bool kHalfMma, typename QT>
+__device__ __forceinline__ uint4 q8_pack(const Q8<QT>& q) {
+  float f[8];
+  if constexpr (sizeof(QT) == 4) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] = __uint_as_float((&q.w[i / 4].x)[i % 4]);
+  } else {
+    const QT* e = reinterpret_cast<const QT*>(&q.w[0]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] = to_float(e[i]);
+  }
+  return make_uint4(pack2<kHalfMma>(f[0], f[1]), pack2<kHalfMma>(f[2], f[3]),
+                    pack2<kHalfMma>(f[4], f[5]), pack2<kHalfMma>(f[6], f[7]));
+}
+
+// One CTA per (row, KV head x 16-head chunk, list entry); grid.z = prm.splits = topk width.
+template <typename CacheT>
+__global__ void __launch_bounds__(kBlockThreads, 2)
+    sparse_attention_block_kernel(const SparseAttnParams prm) {
+  static_assert(sizeof(CacheT) == 2, "16-bit K/V");
+  constexpr bool kHalfMma = KvTraits<CacheT>::kHalfMma;
+  constexpr int D = kBlockDim;
+  extern __shared__ __align__(16) uint16_t blk_smem[];
+  uint16_t* const sK = blk_smem;
+  uint16_t* const sV = sK + kBlockKeys * D;
+  uint16_t* const sQ = sV + kBlockKeys * D;
+  uint16_t* const sP = sQ + kAttnHeads * D;
+  __shared__ AttnList s_list;
+  __shared__ float s_mx[kBlockWarps][kAttnHeads];
+  __shared__ float s_sum[kBlockWarps][kAttnHeads];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int64_t row = blockIdx.x;
+  const int kvh = static_cast<int>(div_u32(blockIdx.y, static_cast<uint32_t>(prm.head_chunks)));
+  const int hc = static_cast<int>(blockIdx.y) - kvh * prm.head_chunks;
+  const int split = blockIdx.z;
+  const int head0 = kvh * prm.group + hc * kAttnHeads;
+  const int nh = min(kAttnHeads, prm.group - hc * kAttnHeads);
+  const int W = prm.topk_width;
+
+  // The independent loads first (top-k entry, sequence length, Q), then their uses: one round
+  // trip, then the block table's, then the block's ("Issuing loads" in common.cuh).
+  const int64_t req =
+      div_u32(static_cast<uint32_t>(row), static_cast<uint32_t>(prm.rows.query_len));
+  const uint32_t early_seq_len = ld_decode_seq_len_of(prm.rows, req);
+  int32_t tk[1];
+  tk[0] = __ldg(prm.topk + kvh * prm.tk_stride_head + row * prm.tk_stride_row +
+                min(tid, W - 1) * prm.tk_stride_col);
+  // Thread t holds Q head t / 16 (the chunk's last head past the group), dims 8 (t % 16) + [0, 8).
+  const int q_head = tid >> 4, q_chunk = tid & 15;
+  const int64_t q_off =
+      row * prm.q_stride_row + (head0 + min(q_head, nh - 1)) * prm.q_stride_head + 8 * q_chunk;
+  uint4 qw;
+  switch (prm.q_dtype) {
+    case DType::kBF16:
+      qw = q8_pack<kHalfMma>(q8_load(static_cast<const __nv_bfloat16*>(prm.q) + q_off));
+      break;
+    case DType::kF16:
+      qw = q8_pack<kHalfMma>(q8_load(static_cast<const __half*>(prm.q) + q_off));
+      break;
+    default:
+      qw = q8_pack<kHalfMma>(q8_load(static_cast<const float*>(prm.q) + q_off));
+      break;
+  }
+  if (q_head >= nh) qw = make_uint4(0, 0, 0, 0);
+  *reinterpret_cast<uint4*>(sQ + swz(q_head, q_chunk)) = qw;
+
+  int32_t* flags = (split == 0 && hc == 0) ? prm.error_flags : nullptr;
+  const RowInfo info =
+      resolve_row_of(prm.rows, row, (tid == 0 && kvh == 0) ? flags : nullptr, early_seq_len, req);
+  if (row == 0 && tid == 0 && kvh == 0) check_cu_seqlens(prm.rows, flags);
+  const int64_t pos = info.pos_base + row;
+  const bool live = info.req >= 0 && pos >= 0;
+  const int64_t own =
+      live ? div_u32(static_cast<uint32_t>(pos), static_cast<uint32_t>(kBlockKeys)) : int64_t{-1};
+  build_attn_list<kBlockThreads>(prm, tk, live, own, info.req, flags, s_list);
+  __syncthreads();
+
+  // This CTA's block: keys [0, n_keys) of list entry `split` are visible (the own block, always
+  // the list's last, up to the position). Rows from n_keys on are zero-filled, not loaded: a key
+  // past the position may hold anything, NaN included, and its V row enters P.V with P = 0.
+  const int n_sel = s_list.nsel;
+  int n_keys = 0;
+  int64_t page = 0;
+  int64_t block_id = 0;
+  if (split < n_sel) {
+    block_id = s_list.list_id[split];
+    page = s_list.list_page[split];
+    n_keys = block_id == own ? static_cast<int>(pos - own * kBlockKeys) + 1 : kBlockKeys;
+  }
+  if (n_keys > 0) {
+    const CacheT* kb =
+        static_cast<const CacheT*>(prm.k) + kvh * prm.k_stride_head + page * prm.k_stride_page;
+    const CacheT* vb =
+        static_cast<const CacheT*>(prm.v) + kvh * prm.v_stride_head + page * prm.v_stride_page;
+    const int k_tok = static_cast<int>(prm.k_stride_tok);
+    const int v_tok = static_cast<int>(prm.v_stride_tok);
+    // Thread t copies chunk t % 16 of keys t / 16 + 16 i: a warp's copies are 2 whole rows.
+#pragma unroll
+    for (int i = 0; i < kBlockKeys / 16; ++i) {
+      const int key = (tid >> 4) + 16 * i;
+      cp_async_16(sK + swz(key, q_chunk), kb + key * k_tok + 8 * q_chunk, key < n_keys);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < kBlockKeys / 16; ++i) {
+      const int key = (tid >> 4) + 16 * i;
+      cp_async_16(sV + swz(key, q_chunk), vb + key * v_tok + 8 * q_chunk, key < n_keys);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+  }
+  __syncthreads();  // K (and Q) in shared memory
+
+  // S = Q K^T for keys 16 warp + [0, 16): rows g and g + 8, keys 8 nt + 2c + {0, 1}.
+  float s[2][4];
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
+  }
+  const int mi = lane >> 3, mr = lane & 7;
+  if (n_keys > 0) {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t a[4], b[4];
+      ldmatrix_x4(a, sQ + swz((mi & 1) * 8 + mr, 2 * ks + (mi >> 1)));
+      ldmatrix_x4(b, sK + swz(16 * warp + (mi >> 1) * 8 + mr, 2 * ks + (mi & 1)));
+      const uint4 av = make_uint4(a[0], a[1], a[2], a[3]);
+      mma_16816<kHalfMma>(s[0], av, b[0], b[1]);
+      mma_16816<kHalfMma>(s[1], av, b[2], b[3]);
+    }
+  }
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = 16 * warp + 8 * nt + 2 * c + (e & 1);
+      s[nt][e] = key < n_keys ? s[nt][e] * prm.scale_log2 : -INFINITY;
+      mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 2));
+    if (c == 0) s_mx[warp][g + 8 * r] = mx[r];
+  }
+  __syncthreads();
+  float m_use[2], m_all[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    m_all[r] = s_mx[0][g + 8 * r];
+#pragma unroll
+    for (int w = 1; w < kBlockWarps; ++w) m_all[r] = fmaxf(m_all[r], s_mx[w][g + 8 * r]);
+    m_use[r] = m_all[r] == -INFINITY ? 0.0f : m_all[r];  // keeps exp2 arguments finite
+  }
+  float rowsum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[nt][e] = exp2f(s[nt][e] - m_use[e >> 1]);
+      rowsum[e >> 1] += s[nt][e];
+    }
+    const int key = 16 * warp + 8 * nt + 2 * c;
+    *reinterpret_cast<uint32_t*>(sP + swz(g, key >> 3) + (key & 7)) =
+        pack2<kHalfMma>(s[nt][0], s[nt][1]);
+    *reinterpret_cast<uint32_t*>(sP + swz(g + 8, key >> 3) + (key & 7)) =
+        pack2<kHalfMma>(s[nt][2], s[nt][3]);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    rowsum[r] += __shfl_xor_sync(0xFFFFFFFFu, rowsum[r], 1);
+    rowsum[r] += __shfl_xor_sync(0xFFFFFFFFu, rowsum[r], 2);
+    if (c == 0) s_sum[warp][g + 8 * r] = rowsum[r];
+  }
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  __syncthreads();  // P, the row sums and V
+
+  // O = P V for dims 16 warp + [0, 16): rows g and g + 8, dims 8 nt + 2c + {0, 1}.
+  float acc[2][4];
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+  }
+  if (n_keys > 0) {
+#pragma unroll
+    for (int ks = 0; ks < kBlockKeys / 16; ++ks) {
+      uint32_t a[4], b[4];
+      ldmatrix_x4(a, sP + swz((mi & 1) * 8 + mr, 2 * ks + (mi >> 1)));
+      ldmatrix_x4_trans(b, sV + swz(16 * ks + (mi & 1) * 8 + mr, 2 * warp + (mi >> 1)));
+      const uint4 av = make_uint4(a[0], a[1], a[2], a[3]);
+      mma_16816<kHalfMma>(acc[0], av, b[0], b[1]);
+      mma_16816<kHalfMma>(acc[1], av, b[2], b[3]);
+    }
+  }
+  float factor[2], lse[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l_all = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kBlockWarps; ++w) l_all += s_sum[w][g + 8 * r];
+    factor[r] = l_all > 0.0f ? 1.0f / l_all : 0.0f;
+    lse[r] = l_all > 0.0f ? m_all[r] + log2f(l_all) : -INFINITY;
+  }
+
+  // The merge kernel combines the normalised partials and their log2-sum-exps (it waits for
+  // them, wait_for_prior_grid).
+  allow_dependent_launch();
+  const int64_t T = prm.rows.num_rows;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int hh = g + 8 * r;
+    if (hh >= nh) continue;
+    float* po = prm.part_out + ((split * T + row) * prm.num_q_heads + head0 + hh) * D;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      *reinterpret_cast<float2*>(po + 16 * warp + 8 * nt + 2 * c) =
+          make_float2(acc[nt][2 * r] * factor[r], acc[nt][2 * r + 1] * factor[r]);
+    }
+    if (warp == 0 && c == 0)
+      prm.part_lse[(split * T + row) * prm.num_q_heads + head0 + hh] = lse[r];
+  }
 }
 
 // The merge kernel's arguments: only what it reads, in a few cache lines, where SparseAttnParams

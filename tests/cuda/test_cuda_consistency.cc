@@ -361,7 +361,7 @@ TEST(CudaConsistency, SparseAttentionDecodeE4m3F16Path) {
 }
 
 // NaN in every cache slot past each request's length (K, V and per-token scales), in the
-// merge-kernel (16 rows) and unsplit (64 x 4 rows) plans; the in-cluster plan is covered by
+// one-block (16 bf16 rows) and unsplit (64 x 4 rows) plans; the in-cluster plan is covered by
 // SparseAttention/...NanPastLength*. Short contexts keep the pools small.
 TEST(CudaConsistency, SparseAttentionDecodeGarbagePastLength) {
   MSA_REQUIRE_TEST_DEVICE();

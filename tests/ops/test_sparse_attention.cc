@@ -194,6 +194,23 @@ std::vector<NamedSpec> decode_specs() {
     v.push_back({"LongContext128KTwoRows", s});
   }
   {
+    // 16-bit K/V that the one-block CUDA kernel does not take (64-key blocks; head dim 64): the
+    // 4-warp kernel's in-cluster plan at batch 1-2, with NaN past each request's length.
+    BatchSpec s;
+    s.block_size = 64;
+    s.seq_lens = {1000, 70};
+    s.nan_past_len = true;
+    s.seed = 19;
+    v.push_back({"Ql1Bs64Bf16NanPastLength", s});
+    s.block_size = 128;
+    s.head_dim = 64;
+    s.query_len = 2;
+    s.seq_lens = {2049};
+    s.layout = Layout::kSplitNhd;
+    s.seed = 20;
+    v.push_back({"Ql2D64Bf16NanPastLength", s});
+  }
+  {
     // NaN in every slot past each request's length (K, V and scales): never visible, so the
     // outputs must not change. bf16, e4m3 with per-layer and with per-token-head scales.
     BatchSpec s;
@@ -399,10 +416,48 @@ TEST(SparseAttention, DeterministicAcrossThreadCounts) {
   EXPECT_TRUE(attn::same_bytes(one->lse, many->lse));
 }
 
+// Q rows the one-block CUDA kernel cannot read as 16-byte runs (head stride D + 1) at batch 2,
+// which it would otherwise run: the 4-warp kernel takes the call, with a workspace sized for the
+// aligned Q (workspace_size counts both plans), and the outputs match the oracle.
+TEST(SparseAttention, UnalignedQRowsMatchOracle) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s;
+  s.seq_lens = {2049, 700};
+  s.nan_past_len = true;
+  s.seed = 33;
+  std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
+  const oracle::AttentionResult want =
+      oracle::attention(attn::oracle_batch(*b), attn::q_values(*b), b->cache->values());
+  const int64_t T = b->rows, H = s.num_q_heads, D = s.head_dim;
+  TestTensor q(DType::kBF16, {T, H, D}, {H * (D + 1), D + 1, 1}, T * H * (D + 1), b->device);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t d = 0; d < D; ++d) q.set({t, h, d}, b->q.get({t, h, d}));
+    }
+  }
+  q.upload();
+  SparseAttentionDecodeArgs a = attn::decode_args(*b);
+  size_t aligned_bytes = 0;
+  ASSERT_TRUE(workspace_size(a, &aligned_bytes).ok());
+  a.q = q.view();
+  size_t unaligned_bytes = 0;
+  ASSERT_TRUE(workspace_size(a, &unaligned_bytes).ok());
+  EXPECT_EQ(aligned_bytes, unaligned_bytes);
+  b->out.poison_device();
+  b->lse.poison_device();
+  ASSERT_TRUE(attn::run_op(a, b->device).ok());
+  b->out.download();
+  b->lse.download();
+  b->flags.download();
+  EXPECT_EQ(b->flags.get_flat(0), 0);
+  attn::expect_outputs_near(*b, want, attn::max_abs(b->cache->values().v), b->device, "oracle");
+}
+
 // The same cache values in the packed, split NHD and split HND layouts give the same bits: the
-// layout changes only addresses, never the arithmetic. On CUDA the batch-3 calls run as
-// thread-block clusters (in-cluster merge) and the 4-row calls of two requests take the merge
-// kernel; head dims 64 and 128, 16-bit and e4m3 caches in every scale mode.
+// layout changes only addresses, never the arithmetic. On CUDA the batch-3 calls of 16-bit K/V
+// at head dim 128 run the one-block kernel, the other batch-3 calls as thread-block clusters
+// (in-cluster merge), and the 4-row calls of three requests take the 4-warp kernel's merge-kernel
+// plan; head dims 64 and 128, 16-bit and e4m3 caches in every scale mode.
 TEST(SparseAttention, SameBitsInEveryCacheLayout) {
   MSA_REQUIRE_TEST_DEVICE();
   struct Case {
@@ -419,7 +474,7 @@ TEST(SparseAttention, SameBitsInEveryCacheLayout) {
       {DType::kE4M3, KvScaleMode::kPerLayer, 128, 1, {2049, 700, 4000}},
       {DType::kE4M3, KvScaleMode::kNone, 64, 1, {1000, 3333, 17}},
       {DType::kE4M3, KvScaleMode::kPerTokenHead, 128, 1, {2049, 700, 4000}},
-      {DType::kBF16, KvScaleMode::kNone, 128, 4, {2049, 3000}},
+      {DType::kBF16, KvScaleMode::kNone, 128, 4, {2049, 3000, 1500}},
   };
   uint64_t seed = 131;
   for (const Case& c : cases) {

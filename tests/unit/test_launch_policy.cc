@@ -408,6 +408,62 @@ TEST(LaunchPolicy, AttentionSplitsSmallBatchesWithinOneWave) {
   }
 }
 
+TEST(LaunchPolicy, AttentionRunsOneBlockPerCtaWhereAWaveHoldsEveryEntry) {
+  const int64_t sub = 16 * 128 / 16;  // top-16 of 128-key blocks
+  const AttnClusterLimits h200{16, 14};
+  // Batch 1-16 (and 1-4 with 4 speculative rows): a split per list entry, ahead of the
+  // in-cluster and merge-kernel plans.
+  for (int64_t rows : {1, 4, 14, 16}) {
+    const AttnLaunchPlan p = plan_attention_launch(rows, 1, sub, kH200Sms, h200, 16);
+    EXPECT_TRUE(p.block_ctas) << rows;
+    EXPECT_FALSE(p.cluster) << rows;
+    EXPECT_EQ(p.splits, 16) << rows;
+    EXPECT_EQ(p.subtiles_per_split, 8) << rows;
+  }
+  // Batch 17 and up: 17 x 16 CTAs pass the 264 of one wave; the 4-warp kernel's plans.
+  AttnLaunchPlan p = plan_attention_launch(17, 1, sub, kH200Sms, h200, 16);
+  EXPECT_FALSE(p.block_ctas);
+  EXPECT_EQ(p.splits, 11);  // 15 pieces wanted: 11 splits of 12 subtiles
+  p = plan_attention_launch(64, 1, sub, kH200Sms, h200, 16);
+  EXPECT_FALSE(p.block_ctas);
+  EXPECT_EQ(p.splits, 4);
+  // Calls the kernel cannot run (block_entries 0) keep their plans.
+  p = plan_attention_launch(1, 1, sub, kH200Sms, h200, 0);
+  EXPECT_FALSE(p.block_ctas);
+  EXPECT_TRUE(p.cluster);
+  // Head groups count as rows: TP1 (4 KV heads) at batch 4 is 16 row-groups.
+  p = plan_attention_launch(4, 4, sub, kH200Sms, h200, 16);
+  EXPECT_TRUE(p.block_ctas);
+  p = plan_attention_launch(5, 4, sub, kH200Sms, h200, 16);
+  EXPECT_FALSE(p.block_ctas);
+  // A top-2 row: two splits of one block each; a top-1 row needs no split.
+  p = plan_attention_launch(1, 1, 16, kH200Sms, h200, 2);
+  EXPECT_TRUE(p.block_ctas);
+  EXPECT_EQ(p.splits, 2);
+  EXPECT_EQ(p.subtiles_per_split, 8);
+  p = plan_attention_launch(1, 1, 8, kH200Sms, h200, 1);
+  EXPECT_FALSE(p.block_ctas);
+  // Every block plan covers each subtile of the row exactly once, one list entry per split,
+  // within one wave and the merge kernel's split limit.
+  for (int64_t rows = 1; rows <= 300; ++rows) {
+    for (int64_t w : {2, 3, 16, 32, 64, 65}) {
+      const AttnLaunchPlan q = plan_attention_launch(rows, 1, 8 * w, kH200Sms, h200, w);
+      if (!q.block_ctas) continue;
+      EXPECT_LE(q.rows * q.splits, kAttnCtasPerSm * kH200Sms) << rows << " " << w;
+      EXPECT_LE(q.splits, kAttnMaxSplits) << rows << " " << w;
+      EXPECT_EQ(q.splits, w) << rows;
+      int64_t covered = 0;
+      for (int64_t s = 0; s < q.splits; ++s) {
+        const BlockRange r = attention_split_subtiles(q, s, 8 * w);
+        EXPECT_EQ(r.begin, covered) << rows << " " << w << " " << s;
+        EXPECT_EQ(r.end - r.begin, 8) << rows << " " << w << " " << s;
+        covered = r.end;
+      }
+      EXPECT_EQ(covered, 8 * w) << rows << " " << w;
+    }
+  }
+}
+
 TEST(LaunchPolicy, AttentionMergesInClusterWhereOneWaveOfClustersHoldsTheBatch) {
   const int64_t sub = 16 * 128 / 16;
   // The H200 keeps 14 clusters of 16 attention CTAs resident.
