@@ -301,10 +301,10 @@ constexpr int64_t kAttnClusterMaxSubtiles = 2 * kAttnWarpsPerCta;
 // by a merge kernel: at batch 16-64 the cluster cuts were slower, because 16-CTA clusters only fit
 // 14 at a time and smaller ones mean longer splits (bench/results/2026-11-29-cluster-merge-ab/).
 //
-// block_entries: the top-k width W when the call can run the one-block kernel (16-bit K/V, head
-// dim 128, 128-key blocks), else 0. Where a split per list entry still fits one resident wave
-// (W x rows x head groups <= kAttnCtasPerSm per SM; TP4 decode batch 1-16 at top-16), each list
-// entry is a split of its own for that kernel, ahead of both plans above: batch 1-16 attention
+// block_entries: the top-k width W when the call can run the one-block kernel (16-bit or e4m3
+// K/V, head dim 128, 128-key blocks), else 0. Where a split per list entry still fits one resident
+// wave (W x rows x head groups <= kAttnCtasPerSm per SM; TP4 decode batch 1-16 at top-16), each
+// list entry is a split of its own for that kernel, ahead of both plans above: batch 1-16 attention
 // 2-3 us faster on the H200 (bench/results/2026-12-01-attn-block-ctas/).
 inline AttnLaunchPlan plan_attention_launch(int64_t rows, int64_t head_groups, int64_t max_subtiles,
                                             int sm_count, AttnClusterLimits clusters = {},

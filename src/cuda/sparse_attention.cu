@@ -1,7 +1,8 @@
 // CUDA backend of sparse attention, decode and prefill forms (spec A5, A7, A8).
 //
 // Work decomposition: one CTA per (query row, KV head, chunk of 16 q heads, split). Two kernels:
-//  * sparse_attention_block_kernel (8 warps; 16-bit K/V, head dim 128, 128-key blocks) when a
+//  * sparse_attention_block_kernel (8 warps; 16-bit K/V or e4m3 without per-token-head scales,
+//    head dim 128, 128-key blocks) when a
 //    split per selected block fits one resident wave (TP4 decode batch 1-16 at top-16): each CTA
 //    copies its block's K and V into shared memory at once and computes it whole, and the merge
 //    kernel combines the blocks (described with the kernel in sparse_attention_kernels.cuh);
@@ -26,7 +27,8 @@
 // shapes only, with the total CTA count kept within ~2 per SM (one resident wave). Each split
 // normalises its partial output and log2-sum-exp, and they are combined in ascending split order
 // in one of two ways:
-//  * in-cluster (calls the one-block kernel does not take, e4m3 K/V among them, with up to 14
+//  * in-cluster (calls the one-block kernel does not take, e.g. per-token-head scales, with up to
+//  14
 //    rows x head groups on the H200: TP4 decode batch 1-14, or 1-3 with 4 speculative rows): the
 //    splits of a row are one thread-block cluster of up to 16 CTAs;
 //    after a cluster barrier, split r combines heads r, r + splits, ... of all
@@ -146,12 +148,13 @@ DeviceLimits device_limits(const AttnProblem& pb) {
   return {device_sm_count(), cluster_limits(pb)};
 }
 
-// Whether sparse_attention_block_kernel can run calls of these shapes (16-bit K/V, head dim
-// 128, 128-key blocks) ...
+// Whether sparse_attention_block_kernel can run calls of these shapes (16-bit K/V, or e4m3
+// without per-token-head scales; head dim 128, 128-key blocks) ...
 bool block_kernel_shapes(const AttnProblem& pb) {
   const DType kv = pb.kv.k.dtype;
-  return (kv == DType::kBF16 || kv == DType::kF16) && pb.head_dim() == kBlockDim &&
-         pb.kv.block_size() == kBlockKeys;
+  const bool dtype_ok = kv == DType::kBF16 || kv == DType::kF16 ||
+                        (kv == DType::kE4M3 && pb.kv.scale_mode != KvScaleMode::kPerTokenHead);
+  return dtype_ok && pb.head_dim() == kBlockDim && pb.kv.block_size() == kBlockKeys;
 }
 
 // ... and this call: Q rows it can read as 16-byte runs (pointer and row / head strides). The
@@ -243,20 +246,18 @@ Status check_supported(const AttnProblem& pb) {
 template <typename CacheT>
 Status launch_attention(const SparseAttnParams& prm, int64_t head_dim, bool block_ctas, dim3 grid,
                         cudaStream_t stream) {
-  if constexpr (sizeof(CacheT) == 2) {
-    if (block_ctas) {
-      const auto kernel = sparse_attention_block_kernel<CacheT>;
-      const cudaError_t e = cudaFuncSetAttribute(
-          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBlockSmemBytes);
-      if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return Status(
-            StatusCode::kCudaError,
-            std::string("sparse_attention_block_kernel: shared memory: ") + cudaGetErrorString(e));
-      }
-      return launch_kernel("sparse_attention_block_kernel", kernel, grid, dim3(kBlockThreads),
-                           kBlockSmemBytes, stream, prm);
+  if (block_ctas) {
+    const auto kernel = sparse_attention_block_kernel<CacheT>;
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBlockSmemBytes);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return Status(
+          StatusCode::kCudaError,
+          std::string("sparse_attention_block_kernel: shared memory: ") + cudaGetErrorString(e));
     }
+    return launch_kernel("sparse_attention_block_kernel", kernel, grid, dim3(kBlockThreads),
+                         kBlockSmemBytes, stream, prm);
   }
   const auto kernel = kernel_for<CacheT>(head_dim, prm.cluster, prm.scale_mode);
   if (!prm.cluster) {

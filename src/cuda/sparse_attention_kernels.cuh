@@ -870,12 +870,13 @@ __global__ void __launch_bounds__(kAttnThreads)
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
-// ---- One block per CTA (16-bit K/V, head dim 128, 128-key blocks) ----
+// ---- One block per CTA (16-bit or e4m3 K/V, head dim 128, 128-key blocks) ----
 //
 // The split-K form of small decode batches where every split is one selected block: a CTA of
-// 8 warps takes entry `split` of the row's list and issues all of the block's K and V (64 KB)
-// as 16-byte asynchronous copies into shared memory at once, 32 per thread, so each warp has
-// 8 KB in flight (a warp drains about 4 KB per microsecond after a round trip,
+// 8 warps takes entry `split` of the row's list and issues all of the block's K and V (64 KB of
+// bf16) as 16-byte asynchronous copies into shared memory at once, 16 per thread (e4m3: 8-byte
+// register loads, converted on their way to shared memory), so each warp has 8 KB in flight (a
+// warp drains about 4 KB per microsecond after a round trip,
 // bench/results/2026-11-30-attn-wide-ctas-ab/; 4-warp CTAs of two 16-key subtiles per warp,
 // loaded into registers, had 16 KB per warp). QK^T is split by keys (warp w: keys 16w..16w+15),
 // one softmax over the block's 128 keys (row maxima and sums cross the warps through shared
@@ -921,7 +922,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "r"(smem_addr(p)));
 }
 
-// Eight Q elements of type QT from global memory, raw (converted by q8_pack after the batch of
+// Eight Q elements of type QT from global memory, raw (converted by q8_floats after the batch of
 // prologue loads).
 template <typename QT>
 struct Q8 {
@@ -934,9 +935,8 @@ __device__ __forceinline__ Q8<QT> q8_load(const QT* p) {
   for (int i = 0; i < (sizeof(QT) == 4 ? 2 : 1); ++i) q.w[i] = ld_raw_v4(p + i * (16 / sizeof(QT)));
   return q;
 }
-template <bool kHalfMma, typename QT>
-__device__ __forceinline__ uint4 q8_pack(const Q8<QT>& q) {
-  float f[8];
+template <typename QT>
+__device__ __forceinline__ void q8_floats(const Q8<QT>& q, float (&f)[8]) {
   if constexpr (sizeof(QT) == 4) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) f[i] = __uint_as_float((&q.w[i / 4].x)[i % 4]);
@@ -945,15 +945,43 @@ __device__ __forceinline__ uint4 q8_pack(const Q8<QT>& q) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) f[i] = to_float(e[i]);
   }
-  return make_uint4(pack2<kHalfMma>(f[0], f[1]), pack2<kHalfMma>(f[2], f[3]),
-                    pack2<kHalfMma>(f[4], f[5]), pack2<kHalfMma>(f[6], f[7]));
+}
+template <bool kHalfMma>
+__device__ __forceinline__ uint4 pack8(const float (&f)[8], float mul) {
+  return make_uint4(
+      pack2<kHalfMma>(f[0] * mul, f[1] * mul), pack2<kHalfMma>(f[2] * mul, f[3] * mul),
+      pack2<kHalfMma>(f[4] * mul, f[5] * mul), pack2<kHalfMma>(f[6] * mul, f[7] * mul));
+}
+
+// Sixteen bytes of a block's K or V rows: 8 16-bit elements, or 8 e4m3 ones (the low half) that
+// kv_words turns into exact f16 pairs.
+template <typename CacheT>
+__device__ __forceinline__ uint4 kv8_load(const CacheT* p) {
+  if constexpr (sizeof(CacheT) == 2) {
+    return ld_raw_v4(p);
+  } else {
+    const uint2 r = ld_raw_v2(p);
+    return make_uint4(r.x, r.y, 0, 0);
+  }
+}
+template <typename CacheT>
+__device__ __forceinline__ uint4 kv8_words(uint4 raw) {
+  if constexpr (sizeof(CacheT) == 2) {
+    return raw;
+  } else {
+    return kv_words(make_uint2(raw.x, raw.y));
+  }
 }
 
 // One CTA per (row, KV head x 16-head chunk, list entry); grid.z = prm.splits = topk width.
+// e4m3 K/V (no scale or a per-layer one) go through registers, where they become exact f16, into
+// the same shared-memory tiles, and the MMAs run in f16 with Q prescaled by a power of two and
+// the scales applied to the fp32 logits and outputs, as in sparse_attention_kernel's kE4m3F16
+// path.
 template <typename CacheT>
 __global__ void __launch_bounds__(kBlockThreads, 2)
     sparse_attention_block_kernel(const SparseAttnParams prm) {
-  static_assert(sizeof(CacheT) == 2, "16-bit K/V");
+  constexpr bool kE4m3 = std::is_same_v<CacheT, uint8_t>;
   constexpr bool kHalfMma = KvTraits<CacheT>::kHalfMma;
   constexpr int D = kBlockDim;
   extern __shared__ __align__(16) uint16_t blk_smem[];
@@ -964,6 +992,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
   __shared__ AttnList s_list;
   __shared__ float s_mx[kBlockWarps][kAttnHeads];
   __shared__ float s_sum[kBlockWarps][kAttnHeads];
+  __shared__ float s_qmax[kBlockWarps];  // kE4m3: each warp's largest |q|
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
@@ -987,20 +1016,41 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
   const int q_head = tid >> 4, q_chunk = tid & 15;
   const int64_t q_off =
       row * prm.q_stride_row + (head0 + min(q_head, nh - 1)) * prm.q_stride_head + 8 * q_chunk;
-  uint4 qw;
+  float k_layer = 1.0f, v_layer = 1.0f;  // 16-bit caches have no scales
+  if constexpr (kE4m3) {
+    if (prm.scale_mode == KvScaleMode::kPerLayer) {
+      k_layer = __ldg(prm.k_scale);
+      v_layer = __ldg(prm.v_scale);
+    }
+  }
+  float qf[8];
   switch (prm.q_dtype) {
     case DType::kBF16:
-      qw = q8_pack<kHalfMma>(q8_load(static_cast<const __nv_bfloat16*>(prm.q) + q_off));
+      q8_floats(q8_load(static_cast<const __nv_bfloat16*>(prm.q) + q_off), qf);
       break;
     case DType::kF16:
-      qw = q8_pack<kHalfMma>(q8_load(static_cast<const __half*>(prm.q) + q_off));
+      q8_floats(q8_load(static_cast<const __half*>(prm.q) + q_off), qf);
       break;
     default:
-      qw = q8_pack<kHalfMma>(q8_load(static_cast<const float*>(prm.q) + q_off));
+      q8_floats(q8_load(static_cast<const float*>(prm.q) + q_off), qf);
       break;
   }
-  if (q_head >= nh) qw = make_uint4(0, 0, 0, 0);
-  *reinterpret_cast<uint4*>(sQ + swz(q_head, q_chunk)) = qw;
+  if constexpr (kE4m3) {
+    if (q_head >= nh) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) qf[i] = 0.0f;
+    }
+    // Q's scale needs the CTA's largest |q| (stored once the list barrier has passed).
+    float mx = 0.0f;  // fmaxf drops NaNs
+#pragma unroll
+    for (int i = 0; i < 8; ++i) mx = fmaxf(mx, fabsf(qf[i]));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
+    if (lane == 0) s_qmax[warp] = mx;
+  } else {
+    const uint4 qw = q_head < nh ? pack8<kHalfMma>(qf, 1.0f) : make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4*>(sQ + swz(q_head, q_chunk)) = qw;
+  }
 
   int32_t* flags = (split == 0 && hc == 0) ? prm.error_flags : nullptr;
   const RowInfo info =
@@ -1012,6 +1062,19 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
       live ? div_u32(static_cast<uint32_t>(pos), static_cast<uint32_t>(kBlockKeys)) : int64_t{-1};
   build_attn_list<kBlockThreads>(prm, tk, live, own, info.req, flags, s_list);
   __syncthreads();
+  float logit_scale = prm.scale_log2;
+  if constexpr (kE4m3) {
+    // As sparse_attention_kernel's scale_q: the largest |q| to [2^14, 2^15), so f16 holds every
+    // bf16 q exactly down to 2^-31 of it; the logit scale takes 2^-q_exp back.
+    float mx = s_qmax[0];
+#pragma unroll
+    for (int w = 1; w < kBlockWarps; ++w) mx = fmaxf(mx, s_qmax[w]);
+    int e = 0;
+    frexpf(mx, &e);
+    const int q_exp = mx > 0.0f && mx < INFINITY ? min(15 - e, 100) : 0;
+    *reinterpret_cast<uint4*>(sQ + swz(q_head, q_chunk)) = pack8<true>(qf, ldexpf(1.0f, q_exp));
+    logit_scale = prm.scale_log2 * k_layer * ldexpf(1.0f, -q_exp);
+  }
 
   // This CTA's block: keys [0, n_keys) of list entry `split` are visible (the own block, always
   // the list's last, up to the position). Rows from n_keys on are zero-filled, not loaded: a key
@@ -1025,6 +1088,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     page = s_list.list_page[split];
     n_keys = block_id == own ? static_cast<int>(pos - own * kBlockKeys) + 1 : kBlockKeys;
   }
+  uint4 v_raw[kBlockKeys / 16];  // kE4m3: V, converted after QK^T
   if (n_keys > 0) {
     const CacheT* kb =
         static_cast<const CacheT*>(prm.k) + kvh * prm.k_stride_head + page * prm.k_stride_page;
@@ -1033,19 +1097,37 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     const int k_tok = static_cast<int>(prm.k_stride_tok);
     const int v_tok = static_cast<int>(prm.v_stride_tok);
     // Thread t copies chunk t % 16 of keys t / 16 + 16 i: a warp's copies are 2 whole rows.
+    if constexpr (kE4m3) {
+      uint4 k_raw[kBlockKeys / 16];
 #pragma unroll
-    for (int i = 0; i < kBlockKeys / 16; ++i) {
-      const int key = (tid >> 4) + 16 * i;
-      cp_async_16(sK + swz(key, q_chunk), kb + key * k_tok + 8 * q_chunk, key < n_keys);
-    }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+      for (int i = 0; i < kBlockKeys / 16; ++i) {
+        const int key = (tid >> 4) + 16 * i;
+        k_raw[i] = v_raw[i] = make_uint4(0, 0, 0, 0);
+        if (key < n_keys) {
+          k_raw[i] = kv8_load(kb + key * k_tok + 8 * q_chunk);
+          v_raw[i] = kv8_load(vb + key * v_tok + 8 * q_chunk);
+        }
+      }
 #pragma unroll
-    for (int i = 0; i < kBlockKeys / 16; ++i) {
-      const int key = (tid >> 4) + 16 * i;
-      cp_async_16(sV + swz(key, q_chunk), vb + key * v_tok + 8 * q_chunk, key < n_keys);
+      for (int i = 0; i < kBlockKeys / 16; ++i) {
+        *reinterpret_cast<uint4*>(sK + swz((tid >> 4) + 16 * i, q_chunk)) =
+            kv8_words<CacheT>(k_raw[i]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kBlockKeys / 16; ++i) {
+        const int key = (tid >> 4) + 16 * i;
+        cp_async_16(sK + swz(key, q_chunk), kb + key * k_tok + 8 * q_chunk, key < n_keys);
+      }
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
+#pragma unroll
+      for (int i = 0; i < kBlockKeys / 16; ++i) {
+        const int key = (tid >> 4) + 16 * i;
+        cp_async_16(sV + swz(key, q_chunk), vb + key * v_tok + 8 * q_chunk, key < n_keys);
+      }
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
     }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
   }
   __syncthreads();  // K (and Q) in shared memory
 
@@ -1074,7 +1156,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int key = 16 * warp + 8 * nt + 2 * c + (e & 1);
-      s[nt][e] = key < n_keys ? s[nt][e] * prm.scale_log2 : -INFINITY;
+      s[nt][e] = key < n_keys ? s[nt][e] * logit_scale : -INFINITY;
       mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
     }
   }
@@ -1113,7 +1195,17 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     rowsum[r] += __shfl_xor_sync(0xFFFFFFFFu, rowsum[r], 2);
     if (c == 0) s_sum[warp][g + 8 * r] = rowsum[r];
   }
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  if constexpr (kE4m3) {
+    if (n_keys > 0) {
+#pragma unroll
+      for (int i = 0; i < kBlockKeys / 16; ++i) {
+        *reinterpret_cast<uint4*>(sV + swz((tid >> 4) + 16 * i, q_chunk)) =
+            kv8_words<CacheT>(v_raw[i]);
+      }
+    }
+  } else {
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  }
   __syncthreads();  // P, the row sums and V
 
   // O = P V for dims 16 warp + [0, 16): rows g and g + 8, dims 8 nt + 2c + {0, 1}.
@@ -1140,7 +1232,8 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     float l_all = 0.0f;
 #pragma unroll
     for (int w = 0; w < kBlockWarps; ++w) l_all += s_sum[w][g + 8 * r];
-    factor[r] = l_all > 0.0f ? 1.0f / l_all : 0.0f;
+    // kE4m3: the V scale (1 without one) applies here, once per output.
+    factor[r] = l_all > 0.0f ? (kE4m3 ? v_layer / l_all : 1.0f / l_all) : 0.0f;
     lse[r] = l_all > 0.0f ? m_all[r] + log2f(l_all) : -INFINITY;
   }
 

@@ -194,8 +194,9 @@ std::vector<NamedSpec> decode_specs() {
     v.push_back({"LongContext128KTwoRows", s});
   }
   {
-    // 16-bit K/V that the one-block CUDA kernel does not take (64-key blocks; head dim 64): the
-    // 4-warp kernel's in-cluster plan at batch 1-2, with NaN past each request's length.
+    // K/V that the one-block CUDA kernel does not take (64-key blocks; head dim 64): the 4-warp
+    // kernel's in-cluster plan at batch 1-2, with NaN past each request's length; bf16, and
+    // e4m3 with a per-layer scale.
     BatchSpec s;
     s.block_size = 64;
     s.seq_lens = {1000, 70};
@@ -209,6 +210,15 @@ std::vector<NamedSpec> decode_specs() {
     s.layout = Layout::kSplitNhd;
     s.seed = 20;
     v.push_back({"Ql2D64Bf16NanPastLength", s});
+    s.head_dim = 128;
+    s.block_size = 64;
+    s.query_len = 1;
+    s.seq_lens = {1500, 200};
+    s.layout = Layout::kPacked;
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerLayer;
+    s.seed = 21;
+    v.push_back({"Ql1Bs64E4m3PerLayerNanPastLength", s});
   }
   {
     // NaN in every slot past each request's length (K, V and scales): never visible, so the
