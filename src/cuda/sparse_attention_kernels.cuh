@@ -166,6 +166,61 @@ __device__ __forceinline__ void load_q_items(const SparseAttnParams& prm, int64_
   }
 }
 
+// The (row, KV head, head chunk, split) of an attention CTA (grid x, y = KV head x head chunk,
+// z), and its q heads: head0 .. head0 + nh - 1.
+struct AttnCta {
+  int64_t row;
+  int kvh, hc, split, head0, nh;
+};
+__device__ __forceinline__ AttnCta attn_cta(const SparseAttnParams& prm) {
+  AttnCta a;
+  a.row = blockIdx.x;
+  a.kvh = static_cast<int>(div_u32(blockIdx.y, static_cast<uint32_t>(prm.head_chunks)));
+  a.hc = static_cast<int>(blockIdx.y) - a.kvh * prm.head_chunks;
+  a.split = blockIdx.z;
+  a.head0 = a.kvh * prm.group + a.hc * kAttnHeads;
+  a.nh = min(kAttnHeads, prm.group - a.hc * kAttnHeads);
+  return a;
+}
+
+// The row of a CTA resolved (request, position), whether it attends at all (live), and its own
+// block (-1 when not live). flags: the error flags this CTA reports to (one CTA per row and KV
+// head, so a bad entry costs one atomic); thread 0 of KV head 0 reports the row's own errors.
+struct AttnRow {
+  RowInfo info;
+  int64_t pos, own;
+  bool live;
+};
+__device__ __forceinline__ AttnRow attn_row(const SparseAttnParams& prm, const AttnCta& a,
+                                            int32_t* flags, uint32_t early_seq_len, int64_t req,
+                                            int64_t block_size) {
+  AttnRow r;
+  r.info = resolve_row_of(prm.rows, a.row, (threadIdx.x == 0 && a.kvh == 0) ? flags : nullptr,
+                          early_seq_len, req);
+  if (a.row == 0 && threadIdx.x == 0 && a.kvh == 0) check_cu_seqlens(prm.rows, flags);
+  r.pos = r.info.pos_base + a.row;
+  r.live = r.info.req >= 0 && r.pos >= 0;
+  // pos < 2^31 (a position within an int32 sequence length); block sizes are usually powers of
+  // two, which div_u32 divides by a shift.
+  r.own = r.live ? div_u32(static_cast<uint32_t>(r.pos), static_cast<uint32_t>(block_size))
+                 : int64_t{-1};
+  return r;
+}
+
+// e4m3 K/V: the power of two 2^q_exp that takes the CTA's largest |q| (the warps' maxima) to
+// [2^14, 2^15), so f16 holds every bf16 q exactly down to 2^-31 of it. mx = f 2^e with f in
+// [0.5, 1) -> mx 2^(15 - e); zero or infinite Q keeps its scale, and the cap keeps 2^-q_exp a
+// normal float.
+template <int kWarps>
+__device__ __forceinline__ int q_scale_exp(const float (&warp_max)[kWarps]) {
+  float mx = warp_max[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, warp_max[w]);
+  int e = 0;
+  frexpf(mx, &e);
+  return mx > 0.0f && mx < INFINITY ? min(15 - e, 100) : 0;
+}
+
 // A row's selection as shared by the CTAs of both attention kernels: the valid ids in
 // ascending order with their pages (list_id / list_page, nsel of them).
 struct AttnList {
@@ -321,12 +376,9 @@ __global__ void __launch_bounds__(kAttnThreads)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
-  const int64_t row = blockIdx.x;
-  const int kvh = static_cast<int>(div_u32(blockIdx.y, static_cast<uint32_t>(prm.head_chunks)));
-  const int hc = static_cast<int>(blockIdx.y) - kvh * prm.head_chunks;
-  const int split = blockIdx.z;
-  const int head0 = kvh * prm.group + hc * kAttnHeads;
-  const int nh = min(kAttnHeads, prm.group - hc * kAttnHeads);
+  const AttnCta cta = attn_cta(prm);
+  const int64_t row = cta.row;
+  const int kvh = cta.kvh, hc = cta.hc, split = cta.split, head0 = cta.head0, nh = cta.nh;
   // Every load that does not depend on another is issued before any of them is used (the
   // top-k ids, Q, the row's sequence length), so the prologue costs one memory round trip plus
   // the block-table one ("Issuing loads" in common.cuh).
@@ -364,16 +416,11 @@ __global__ void __launch_bounds__(kAttnThreads)
 
   // One CTA per (row, KV head) reports bad values, so a bad entry costs one atomic.
   int32_t* flags = (split == 0 && hc == 0) ? prm.error_flags : nullptr;
-  const RowInfo info =
-      resolve_row_of(prm.rows, row, (tid == 0 && kvh == 0) ? flags : nullptr, early_seq_len, req);
-  if (row == 0 && tid == 0 && kvh == 0) check_cu_seqlens(prm.rows, flags);
-  const int64_t pos = info.pos_base + row;
-  const bool live = info.req >= 0 && pos >= 0;
   const int64_t bs = prm.rows.block_size;
-  // pos < 2^31 (a position within an int32 sequence length); block sizes are usually powers of
-  // two, which div_u32 divides by a shift.
-  const int64_t own =
-      live ? div_u32(static_cast<uint32_t>(pos), static_cast<uint32_t>(bs)) : int64_t{-1};
+  const AttnRow ar = attn_row(prm, cta, flags, early_seq_len, req, bs);
+  const RowInfo& info = ar.info;
+  const int64_t pos = ar.pos, own = ar.own;
+  const bool live = ar.live;
   // Q goes to shared memory here, while its loads (issued with the top-k and sequence-length
   // ones) are the same round trip: written later it would wait a second one, and holding it in
   // registers across the block-table lookup lets the compiler sink the loads instead. On the
@@ -415,14 +462,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   // use prm.scale_log2 as it is.
   float logit_scale = 0.0f;
   auto scale_q = [&] {
-    float mx = s_qmax[0];
-#pragma unroll
-    for (int w = 1; w < kAttnWarps; ++w) mx = fmaxf(mx, s_qmax[w]);
-    // mx = f 2^e with f in [0.5, 1) -> mx 2^(15 - e) in [2^14, 2^15). Zero or infinite Q keeps
-    // its scale; the cap keeps 2^-q_exp a normal float.
-    int e = 0;
-    frexpf(mx, &e);
-    const int q_exp = mx > 0.0f && mx < INFINITY ? min(15 - e, 100) : 0;
+    const int q_exp = q_scale_exp(s_qmax);
     store_q(ldexpf(1.0f, q_exp));
     logit_scale = prm.scale_log2 * k_layer * ldexpf(1.0f, -q_exp);
     __syncthreads();
@@ -996,12 +1036,9 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
-  const int64_t row = blockIdx.x;
-  const int kvh = static_cast<int>(div_u32(blockIdx.y, static_cast<uint32_t>(prm.head_chunks)));
-  const int hc = static_cast<int>(blockIdx.y) - kvh * prm.head_chunks;
-  const int split = blockIdx.z;
-  const int head0 = kvh * prm.group + hc * kAttnHeads;
-  const int nh = min(kAttnHeads, prm.group - hc * kAttnHeads);
+  const AttnCta cta = attn_cta(prm);
+  const int64_t row = cta.row;
+  const int kvh = cta.kvh, hc = cta.hc, split = cta.split, head0 = cta.head0, nh = cta.nh;
   const int W = prm.topk_width;
 
   // The independent loads first (top-k entry, sequence length, Q), then their uses: one round
@@ -1053,25 +1090,16 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
   }
 
   int32_t* flags = (split == 0 && hc == 0) ? prm.error_flags : nullptr;
-  const RowInfo info =
-      resolve_row_of(prm.rows, row, (tid == 0 && kvh == 0) ? flags : nullptr, early_seq_len, req);
-  if (row == 0 && tid == 0 && kvh == 0) check_cu_seqlens(prm.rows, flags);
-  const int64_t pos = info.pos_base + row;
-  const bool live = info.req >= 0 && pos >= 0;
-  const int64_t own =
-      live ? div_u32(static_cast<uint32_t>(pos), static_cast<uint32_t>(kBlockKeys)) : int64_t{-1};
+  const AttnRow ar = attn_row(prm, cta, flags, early_seq_len, req, kBlockKeys);
+  const RowInfo& info = ar.info;
+  const int64_t pos = ar.pos, own = ar.own;
+  const bool live = ar.live;
   build_attn_list<kBlockThreads>(prm, tk, live, own, info.req, flags, s_list);
   __syncthreads();
   float logit_scale = prm.scale_log2;
   if constexpr (kE4m3) {
-    // As sparse_attention_kernel's scale_q: the largest |q| to [2^14, 2^15), so f16 holds every
-    // bf16 q exactly down to 2^-31 of it; the logit scale takes 2^-q_exp back.
-    float mx = s_qmax[0];
-#pragma unroll
-    for (int w = 1; w < kBlockWarps; ++w) mx = fmaxf(mx, s_qmax[w]);
-    int e = 0;
-    frexpf(mx, &e);
-    const int q_exp = mx > 0.0f && mx < INFINITY ? min(15 - e, 100) : 0;
+    // The logit scale takes 2^-q_exp back.
+    const int q_exp = q_scale_exp(s_qmax);
     *reinterpret_cast<uint4*>(sQ + swz(q_head, q_chunk)) = pack8<true>(qf, ldexpf(1.0f, q_exp));
     logit_scale = prm.scale_log2 * k_layer * ldexpf(1.0f, -q_exp);
   }
