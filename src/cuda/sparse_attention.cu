@@ -2,10 +2,10 @@
 //
 // Work decomposition: one CTA per (query row, KV head, chunk of 16 q heads, split). Two kernels:
 //  * sparse_attention_block_kernel (8 warps; 16-bit K/V or e4m3 without per-token-head scales,
-//    head dim 128, 128-key blocks) when a
-//    split per selected block fits one resident wave (TP4 decode batch 1-16 at top-16): each CTA
-//    copies its block's K and V into shared memory at once and computes it whole, and the merge
-//    kernel combines the blocks (described with the kernel in sparse_attention_kernels.cuh);
+//    head dim 128, 128-key blocks) when a split per selected block fits one resident wave (TP4
+//    decode batch 1-16 at top-16): each CTA copies its block's K and V into shared memory at
+//    once and computes it whole, and the merge kernel combines the blocks (described with the
+//    kernel in sparse_attention_kernels.cuh);
 //  * sparse_attention_kernel (4 warps) otherwise, described here.
 // The G q heads of a KV head share every K/V load by forming the M dimension of
 // mma.sync.m16n8k16 (G = 16 fills it; G = 8 at TP8 pads with zero rows), so the cache bytes of a
@@ -27,13 +27,12 @@
 // shapes only, with the total CTA count kept within ~2 per SM (one resident wave). Each split
 // normalises its partial output and log2-sum-exp, and they are combined in ascending split order
 // in one of two ways:
-//  * in-cluster (calls the one-block kernel does not take, e.g. per-token-head scales, with up to
-//  14
-//    rows x head groups on the H200: TP4 decode batch 1-14, or 1-3 with 4 speculative rows): the
-//    splits of a row are one thread-block cluster of up to 16 CTAs;
-//    after a cluster barrier, split r combines heads r, r + splits, ... of all
-//    splits through distributed shared memory. One kernel, no workspace: the attention stage at
-//    batch 1 went from 15.7 to 13.7 us on the H200.
+//  * in-cluster (calls the one-block kernel does not take, e.g. per-token-head scales, with up
+//    to 14 rows x head groups on the H200: TP4 decode batch 1-14, or 1-3 with 4 speculative
+//    rows): the splits of a row are one thread-block cluster of up to 16 CTAs; after a cluster
+//    barrier, split r combines heads r, r + splits, ... of all splits through distributed shared
+//    memory. One kernel, no workspace: the attention stage at batch 1 went from 15.7 to 13.7 us
+//    on the H200 (before the one-block kernel took the 16-bit calls).
 //  * merge kernel (otherwise): partials go to the workspace and a second kernel combines them
 //    (split LSEs fetched in parallel, partial outputs in unrolled batches). At batch 16-64 the
 //    cluster cuts were slower: 16-CTA clusters only fit 14 at a time (a cluster stays within
