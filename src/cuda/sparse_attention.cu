@@ -1,11 +1,11 @@
 // CUDA backend of sparse attention, decode and prefill forms (spec A5, A7, A8).
 //
 // Work decomposition: one CTA per (query row, KV head, chunk of 16 q heads, split). Two kernels:
-//  * sparse_attention_block_kernel (8 warps; 16-bit K/V or e4m3 without per-token-head scales,
-//    head dim 128, 128-key blocks) when a split per selected block fits one resident wave (TP4
-//    decode batch 1-16 at top-16): each CTA copies its block's K and V into shared memory at
-//    once and computes it whole, and the merge kernel combines the blocks (described with the
-//    kernel in sparse_attention_kernels.cuh);
+//  * sparse_attention_block_kernel (8 warps; 16-bit or e4m3 K/V, head dim 128, 128-key blocks)
+//    when a split per selected block fits one resident wave (TP4 decode batch 1-16 at top-16):
+//    each CTA copies its block's K and V into shared memory at once and computes it whole, and
+//    the merge kernel combines the blocks (described with the kernel in
+//    sparse_attention_kernels.cuh);
 //  * sparse_attention_kernel (4 warps) otherwise, described here.
 // The G q heads of a KV head share every K/V load by forming the M dimension of
 // mma.sync.m16n8k16 (G = 16 fills it; G = 8 at TP8 pads with zero rows), so the cache bytes of a
@@ -27,12 +27,12 @@
 // shapes only, with the total CTA count kept within ~2 per SM (one resident wave). Each split
 // normalises its partial output and log2-sum-exp, and they are combined in ascending split order
 // in one of two ways:
-//  * in-cluster (calls the one-block kernel does not take, e.g. per-token-head scales, with up
-//    to 14 rows x head groups on the H200: TP4 decode batch 1-14, or 1-3 with 4 speculative
-//    rows): the splits of a row are one thread-block cluster of up to 16 CTAs; after a cluster
-//    barrier, split r combines heads r, r + splits, ... of all splits through distributed shared
-//    memory. One kernel, no workspace: the attention stage at batch 1 went from 15.7 to 13.7 us
-//    on the H200 (before the one-block kernel took the 16-bit calls).
+//  * in-cluster (calls the one-block kernel does not take, e.g. 64-key blocks or head dim 64,
+//    with up to 14 rows x head groups on the H200: TP4 decode batch 1-14, or 1-3 with 4
+//    speculative rows): the splits of a row are one thread-block cluster of up to 16 CTAs;
+//    after a cluster barrier, split r combines heads r, r + splits, ... of all splits through
+//    distributed shared memory. One kernel, no workspace: the attention stage at batch 1 went
+//    from 15.7 to 13.7 us on the H200 (before the one-block kernel took those calls).
 //  * merge kernel (otherwise): partials go to the workspace and a second kernel combines them
 //    (split LSEs fetched in parallel, partial outputs in unrolled batches). At batch 16-64 the
 //    cluster cuts were slower: 16-CTA clusters only fit 14 at a time (a cluster stays within
@@ -147,12 +147,11 @@ DeviceLimits device_limits(const AttnProblem& pb) {
   return {device_sm_count(), cluster_limits(pb)};
 }
 
-// Whether sparse_attention_block_kernel can run calls of these shapes (16-bit K/V, or e4m3
-// without per-token-head scales; head dim 128, 128-key blocks) ...
+// Whether sparse_attention_block_kernel can run calls of these shapes (16-bit or e4m3 K/V,
+// head dim 128, 128-key blocks) ...
 bool block_kernel_shapes(const AttnProblem& pb) {
   const DType kv = pb.kv.k.dtype;
-  const bool dtype_ok = kv == DType::kBF16 || kv == DType::kF16 ||
-                        (kv == DType::kE4M3 && pb.kv.scale_mode != KvScaleMode::kPerTokenHead);
+  const bool dtype_ok = kv == DType::kBF16 || kv == DType::kF16 || kv == DType::kE4M3;
   return dtype_ok && pb.head_dim() == kBlockDim && pb.kv.block_size() == kBlockKeys;
 }
 
@@ -246,7 +245,11 @@ template <typename CacheT>
 Status launch_attention(const SparseAttnParams& prm, int64_t head_dim, bool block_ctas, dim3 grid,
                         cudaStream_t stream) {
   if (block_ctas) {
-    const auto kernel = sparse_attention_block_kernel<CacheT>;
+    auto kernel = sparse_attention_block_kernel<CacheT>;
+    if constexpr (sizeof(CacheT) == 1) {
+      if (prm.scale_mode == KvScaleMode::kPerTokenHead)
+        kernel = sparse_attention_block_kernel<CacheT, true>;
+    }
     const cudaError_t e =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBlockSmemBytes);
     if (e != cudaSuccess) {

@@ -211,11 +211,17 @@ __device__ __forceinline__ AttnRow attn_row(const SparseAttnParams& prm, const A
 // [2^14, 2^15), so f16 holds every bf16 q exactly down to 2^-31 of it. mx = f 2^e with f in
 // [0.5, 1) -> mx 2^(15 - e); zero or infinite Q keeps its scale, and the cap keeps 2^-q_exp a
 // normal float.
+// The largest of the warps' values (fmaxf: NaNs drop out).
 template <int kWarps>
-__device__ __forceinline__ int q_scale_exp(const float (&warp_max)[kWarps]) {
+__device__ __forceinline__ float max_over_warps(const float (&warp_max)[kWarps]) {
   float mx = warp_max[0];
 #pragma unroll
   for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, warp_max[w]);
+  return mx;
+}
+template <int kWarps>
+__device__ __forceinline__ int q_scale_exp(const float (&warp_max)[kWarps]) {
+  const float mx = max_over_warps(warp_max);
   int e = 0;
   frexpf(mx, &e);
   return mx > 0.0f && mx < INFINITY ? min(15 - e, 100) : 0;
@@ -1014,14 +1020,17 @@ __device__ __forceinline__ uint4 kv8_words(uint4 raw) {
 }
 
 // One CTA per (row, KV head x 16-head chunk, list entry); grid.z = prm.splits = topk width.
-// e4m3 K/V (no scale or a per-layer one) go through registers, where they become exact f16, into
-// the same shared-memory tiles, and the MMAs run in f16 with Q prescaled by a power of two and
-// the scales applied to the fp32 logits and outputs, as in sparse_attention_kernel's kE4m3F16
-// path.
-template <typename CacheT>
+// e4m3 K/V go through registers, where they become exact f16, into the same shared-memory tiles,
+// and the MMAs run in f16 with Q prescaled by a power of two and the scales applied to fp32
+// values, as in sparse_attention_kernel's kE4m3F16 path: a per-layer K scale to the logits and V
+// scale to the outputs; per-token-head ones (kTokenScales) to each key's logits and
+// probabilities, the latter relative to 2^v_exp, the power of two just above the block's largest
+// V scale (so the f16 probabilities stay in f16's normal range), which the outputs take back.
+template <typename CacheT, bool kTokenScales = false>
 __global__ void __launch_bounds__(kBlockThreads, 2)
     sparse_attention_block_kernel(const SparseAttnParams prm) {
   constexpr bool kE4m3 = std::is_same_v<CacheT, uint8_t>;
+  static_assert(kE4m3 || !kTokenScales, "only e4m3 caches have scales");
   constexpr bool kHalfMma = KvTraits<CacheT>::kHalfMma;
   constexpr int D = kBlockDim;
   extern __shared__ __align__(16) uint16_t blk_smem[];
@@ -1033,6 +1042,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
   __shared__ float s_mx[kBlockWarps][kAttnHeads];
   __shared__ float s_sum[kBlockWarps][kAttnHeads];
   __shared__ float s_qmax[kBlockWarps];  // kE4m3: each warp's largest |q|
+  __shared__ float s_vmax[kBlockWarps];  // kTokenScales: each warp's largest |V scale|
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
@@ -1116,6 +1126,22 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     page = s_list.list_page[split];
     n_keys = block_id == own ? static_cast<int>(pos - own * kBlockKeys) + 1 : kBlockKeys;
   }
+  // kTokenScales: the K and V scales of the keys of this lane's logits, 16 warp + 8 (i / 2) +
+  // 2c + i % 2, issued with the block's loads. Keys past the position take 0 (their scale slots
+  // may hold anything; their probabilities are 0).
+  float ksc[4], vsc[4];
+  if constexpr (kTokenScales) {
+    const int64_t slot0 = page * kBlockKeys;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int key = 16 * warp + 8 * (i >> 1) + 2 * c + (i & 1);
+      ksc[i] = vsc[i] = 0.0f;
+      if (key < n_keys) {
+        ksc[i] = scale_at(prm.k_scale, prm.ks_stride_head, prm.ks_stride_slot, kvh, slot0 + key);
+        vsc[i] = scale_at(prm.v_scale, prm.vs_stride_head, prm.vs_stride_slot, kvh, slot0 + key);
+      }
+    }
+  }
   uint4 v_raw[kBlockKeys / 16];  // kE4m3: V, converted after QK^T
   if (n_keys > 0) {
     const CacheT* kb =
@@ -1184,6 +1210,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int key = 16 * warp + 8 * nt + 2 * c + (e & 1);
+      if constexpr (kTokenScales) s[nt][e] *= ksc[2 * nt + (e & 1)];
       s[nt][e] = key < n_keys ? s[nt][e] * logit_scale : -INFINITY;
       mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
     }
@@ -1194,7 +1221,23 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 2));
     if (c == 0) s_mx[warp][g + 8 * r] = mx[r];
   }
+  if constexpr (kTokenScales) {
+    float vm = fmaxf(fmaxf(fabsf(vsc[0]), fabsf(vsc[1])), fmaxf(fabsf(vsc[2]), fabsf(vsc[3])));
+    vm = fmaxf(vm, __shfl_xor_sync(0xFFFFFFFFu, vm, 1));
+    vm = fmaxf(vm, __shfl_xor_sync(0xFFFFFFFFu, vm, 2));
+    if (lane == 0) s_vmax[warp] = vm;
+  }
   __syncthreads();
+  // kTokenScales: v_exp as sparse_attention_kernel's after one subtile of the block's largest V
+  // scale: its exponent, at least -126; -126 for all-zero scales; 0 for non-finite ones.
+  int v_exp = 0;
+  if constexpr (kTokenScales) {
+    const float vm = max_over_warps(s_vmax);
+    int e = 0;
+    frexpf(vm, &e);
+    v_exp = vm > 0.0f && vm < INFINITY ? max(e, -126) : vm == 0.0f ? -126 : 0;
+  }
+  const float v_rel = kTokenScales ? ldexpf(1.0f, -v_exp) : 1.0f;
   float m_use[2], m_all[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -1210,6 +1253,10 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     for (int e = 0; e < 4; ++e) {
       s[nt][e] = exp2f(s[nt][e] - m_use[e >> 1]);
       rowsum[e >> 1] += s[nt][e];
+    }
+    if constexpr (kTokenScales) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] *= vsc[2 * nt + (e & 1)] * v_rel;
     }
     const int key = 16 * warp + 8 * nt + 2 * c;
     *reinterpret_cast<uint32_t*>(sP + swz(g, key >> 3) + (key & 7)) =
@@ -1261,7 +1308,8 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
 #pragma unroll
     for (int w = 0; w < kBlockWarps; ++w) l_all += s_sum[w][g + 8 * r];
     // kE4m3: the V scale (1 without one) applies here, once per output.
-    factor[r] = l_all > 0.0f ? (kE4m3 ? v_layer / l_all : 1.0f / l_all) : 0.0f;
+    const float v_out = kTokenScales ? ldexpf(1.0f, v_exp) : v_layer;
+    factor[r] = l_all > 0.0f ? (kE4m3 ? v_out / l_all : 1.0f / l_all) : 0.0f;
     lse[r] = l_all > 0.0f ? m_all[r] + log2f(l_all) : -INFINITY;
   }
 

@@ -196,7 +196,7 @@ std::vector<NamedSpec> decode_specs() {
   {
     // K/V that the one-block CUDA kernel does not take (64-key blocks; head dim 64): the 4-warp
     // kernel's in-cluster plan at batch 1-2, with NaN past each request's length; bf16, and
-    // e4m3 with a per-layer scale.
+    // e4m3 with a per-layer and with per-token-head scales.
     BatchSpec s;
     s.block_size = 64;
     s.seq_lens = {1000, 70};
@@ -219,6 +219,9 @@ std::vector<NamedSpec> decode_specs() {
     s.scale_mode = KvScaleMode::kPerLayer;
     s.seed = 21;
     v.push_back({"Ql1Bs64E4m3PerLayerNanPastLength", s});
+    s.scale_mode = KvScaleMode::kPerTokenHead;
+    s.seed = 22;
+    v.push_back({"Ql1Bs64E4m3PerTokenNanPastLength", s});
   }
   {
     // NaN in every slot past each request's length (K, V and scales): never visible, so the
