@@ -207,10 +207,6 @@ __device__ __forceinline__ AttnRow attn_row(const SparseAttnParams& prm, const A
   return r;
 }
 
-// e4m3 K/V: the power of two 2^q_exp that takes the CTA's largest |q| (the warps' maxima) to
-// [2^14, 2^15), so f16 holds every bf16 q exactly down to 2^-31 of it. mx = f 2^e with f in
-// [0.5, 1) -> mx 2^(15 - e); zero or infinite Q keeps its scale, and the cap keeps 2^-q_exp a
-// normal float.
 // The largest of the warps' values (fmaxf: NaNs drop out).
 template <int kWarps>
 __device__ __forceinline__ float max_over_warps(const float (&warp_max)[kWarps]) {
@@ -219,6 +215,11 @@ __device__ __forceinline__ float max_over_warps(const float (&warp_max)[kWarps])
   for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, warp_max[w]);
   return mx;
 }
+
+// e4m3 K/V: the power of two 2^q_exp that takes the CTA's largest |q| (the warps' maxima) to
+// [2^14, 2^15), so f16 holds every bf16 q exactly down to 2^-31 of it. mx = f 2^e with f in
+// [0.5, 1) -> mx 2^(15 - e); zero or infinite Q keeps its scale, and the cap keeps 2^-q_exp a
+// normal float.
 template <int kWarps>
 __device__ __forceinline__ int q_scale_exp(const float (&warp_max)[kWarps]) {
   const float mx = max_over_warps(warp_max);
@@ -999,26 +1000,6 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8], float mul) {
       pack2<kHalfMma>(f[4] * mul, f[5] * mul), pack2<kHalfMma>(f[6] * mul, f[7] * mul));
 }
 
-// Sixteen bytes of a block's K or V rows: 8 16-bit elements, or 8 e4m3 ones (the low half) that
-// kv_words turns into exact f16 pairs.
-template <typename CacheT>
-__device__ __forceinline__ uint4 kv8_load(const CacheT* p) {
-  if constexpr (sizeof(CacheT) == 2) {
-    return ld_raw_v4(p);
-  } else {
-    const uint2 r = ld_raw_v2(p);
-    return make_uint4(r.x, r.y, 0, 0);
-  }
-}
-template <typename CacheT>
-__device__ __forceinline__ uint4 kv8_words(uint4 raw) {
-  if constexpr (sizeof(CacheT) == 2) {
-    return raw;
-  } else {
-    return kv_words(make_uint2(raw.x, raw.y));
-  }
-}
-
 // One CTA per (row, KV head x 16-head chunk, list entry); grid.z = prm.splits = topk width.
 // e4m3 K/V go through registers, where they become exact f16, into the same shared-memory tiles,
 // and the MMAs run in f16 with Q prescaled by a power of two and the scales applied to fp32
@@ -1120,11 +1101,10 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
   const int n_sel = s_list.nsel;
   int n_keys = 0;
   int64_t page = 0;
-  int64_t block_id = 0;
   if (split < n_sel) {
-    block_id = s_list.list_id[split];
     page = s_list.list_page[split];
-    n_keys = block_id == own ? static_cast<int>(pos - own * kBlockKeys) + 1 : kBlockKeys;
+    n_keys =
+        s_list.list_id[split] == own ? static_cast<int>(pos - own * kBlockKeys) + 1 : kBlockKeys;
   }
   // kTokenScales: the K and V scales of the keys of this lane's logits, 16 warp + 8 (i / 2) +
   // 2c + i % 2, issued with the block's loads. Keys past the position take 0 (their scale slots
@@ -1142,7 +1122,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
       }
     }
   }
-  uint4 v_raw[kBlockKeys / 16];  // kE4m3: V, converted after QK^T
+  uint2 v_raw[kBlockKeys / 16];  // kE4m3: V's 8-element runs, converted to f16 after QK^T
   if (n_keys > 0) {
     const CacheT* kb =
         static_cast<const CacheT*>(prm.k) + kvh * prm.k_stride_head + page * prm.k_stride_page;
@@ -1152,20 +1132,19 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     const int v_tok = static_cast<int>(prm.v_stride_tok);
     // Thread t copies chunk t % 16 of keys t / 16 + 16 i: a warp's copies are 2 whole rows.
     if constexpr (kE4m3) {
-      uint4 k_raw[kBlockKeys / 16];
+      uint2 k_raw[kBlockKeys / 16];
 #pragma unroll
       for (int i = 0; i < kBlockKeys / 16; ++i) {
         const int key = (tid >> 4) + 16 * i;
-        k_raw[i] = v_raw[i] = make_uint4(0, 0, 0, 0);
+        k_raw[i] = v_raw[i] = make_uint2(0, 0);
         if (key < n_keys) {
-          k_raw[i] = kv8_load(kb + key * k_tok + 8 * q_chunk);
-          v_raw[i] = kv8_load(vb + key * v_tok + 8 * q_chunk);
+          k_raw[i] = ld_raw_v2(kb + key * k_tok + 8 * q_chunk);
+          v_raw[i] = ld_raw_v2(vb + key * v_tok + 8 * q_chunk);
         }
       }
 #pragma unroll
       for (int i = 0; i < kBlockKeys / 16; ++i) {
-        *reinterpret_cast<uint4*>(sK + swz((tid >> 4) + 16 * i, q_chunk)) =
-            kv8_words<CacheT>(k_raw[i]);
+        *reinterpret_cast<uint4*>(sK + swz((tid >> 4) + 16 * i, q_chunk)) = kv_words(k_raw[i]);
       }
     } else {
 #pragma unroll
@@ -1274,8 +1253,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     if (n_keys > 0) {
 #pragma unroll
       for (int i = 0; i < kBlockKeys / 16; ++i) {
-        *reinterpret_cast<uint4*>(sV + swz((tid >> 4) + 16 * i, q_chunk)) =
-            kv8_words<CacheT>(v_raw[i]);
+        *reinterpret_cast<uint4*>(sV + swz((tid >> 4) + 16 * i, q_chunk)) = kv_words(v_raw[i]);
       }
     }
   } else {
