@@ -774,61 +774,63 @@ void expect_value_error(Batch& b, const Args& args, int32_t bit, const std::stri
 TEST(SparseAttention, RejectsBadValues) {
   MSA_REQUIRE_TEST_DEVICE();
   // Each CUDA kernel instance family: 16-bit K/V, e4m3 with a per-layer scale, e4m3 with
-  // per-token-head scales.
+  // per-token-head scales; at head dim 64 the 4-warp kernel, at 128 the one-block kernel.
   const std::pair<DType, KvScaleMode> caches[] = {{DType::kBF16, KvScaleMode::kNone},
                                                   {DType::kE4M3, KvScaleMode::kPerLayer},
                                                   {DType::kE4M3, KvScaleMode::kPerTokenHead}};
-  for (const auto& [cache, mode] : caches) {
-    SCOPED_TRACE(std::string(dtype_name(cache)) + " cache, scale mode " +
-                 std::to_string(static_cast<int>(mode)));
-    BatchSpec s;
-    s.num_q_heads = 4;
-    s.head_dim = 64;
-    s.query_len = 2;
-    s.seq_lens = {300, 0, 200};
-    s.topk_width = 4;
-    s.cache_dtype = cache;
-    s.scale_mode = mode;
-    {
-      std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
-      attn::set_topk_row(*b, 0, 1, {0, 3});  // row 1 is at position 299: visible blocks 0..2
-      expect_value_error(*b, attn::decode_args(*b), kDeviceErrorTopkId, "topk id beyond visible");
+  for (const int64_t head_dim : {64, 128})
+    for (const auto& [cache, mode] : caches) {
+      SCOPED_TRACE(std::string(dtype_name(cache)) + " cache, scale mode " +
+                   std::to_string(static_cast<int>(mode)) + ", head dim " +
+                   std::to_string(head_dim));
+      BatchSpec s;
+      s.num_q_heads = 4;
+      s.head_dim = head_dim;
+      s.query_len = 2;
+      s.seq_lens = {300, 0, 200};
+      s.topk_width = 4;
+      s.cache_dtype = cache;
+      s.scale_mode = mode;
+      {
+        std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
+        attn::set_topk_row(*b, 0, 1, {0, 3});  // row 1 is at position 299: visible blocks 0..2
+        expect_value_error(*b, attn::decode_args(*b), kDeviceErrorTopkId, "topk id beyond visible");
+      }
+      {
+        std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
+        attn::set_topk_row(*b, 0, 0, {1});
+        b->block_table.set({0, 1}, 1 << 20);
+        b->block_table.upload();
+        expect_value_error(*b, attn::decode_args(*b), kDeviceErrorBlockId, "block id");
+      }
+      {
+        std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
+        b->seq_lens.set_flat(2, 128 * 5 + 1);  // the table has 3 + 2 columns
+        b->seq_lens.upload();
+        expect_value_error(*b, attn::decode_args(*b), kDeviceErrorSeqLen, "seq_len beyond table");
+        b->seq_lens.set_flat(2, -5);
+        b->seq_lens.upload();
+        expect_value_error(*b, attn::decode_args(*b), kDeviceErrorSeqLen, "negative seq_len");
+      }
+      {
+        BatchSpec p = s;
+        p.form = Form::kPrefill;
+        p.query_lens = {3, 0, 2};
+        std::unique_ptr<Batch> b = attn::make_batch(p, test::test_device());
+        b->cu_seqlens.set_flat(1, 4);
+        b->cu_seqlens.set_flat(2, 2);  // decreasing
+        b->cu_seqlens.upload();
+        expect_value_error(*b, attn::prefill_args(*b), kDeviceErrorQueryLen, "cu_seqlens_q");
+      }
+      {
+        BatchSpec p = s;
+        p.form = Form::kPrefill;
+        p.query_lens = {3, 0, 2};
+        p.seq_lens = {300, 0, 1};  // 2 rows for 1 token
+        std::unique_ptr<Batch> b = attn::make_batch(p, test::test_device());
+        expect_value_error(*b, attn::prefill_args(*b), kDeviceErrorQueryLen, "rows > seq_len");
+      }
     }
-    {
-      std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
-      attn::set_topk_row(*b, 0, 0, {1});
-      b->block_table.set({0, 1}, 1 << 20);
-      b->block_table.upload();
-      expect_value_error(*b, attn::decode_args(*b), kDeviceErrorBlockId, "block id");
-    }
-    {
-      std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
-      b->seq_lens.set_flat(2, 128 * 5 + 1);  // the table has 3 + 2 columns
-      b->seq_lens.upload();
-      expect_value_error(*b, attn::decode_args(*b), kDeviceErrorSeqLen, "seq_len beyond table");
-      b->seq_lens.set_flat(2, -5);
-      b->seq_lens.upload();
-      expect_value_error(*b, attn::decode_args(*b), kDeviceErrorSeqLen, "negative seq_len");
-    }
-    {
-      BatchSpec p = s;
-      p.form = Form::kPrefill;
-      p.query_lens = {3, 0, 2};
-      std::unique_ptr<Batch> b = attn::make_batch(p, test::test_device());
-      b->cu_seqlens.set_flat(1, 4);
-      b->cu_seqlens.set_flat(2, 2);  // decreasing
-      b->cu_seqlens.upload();
-      expect_value_error(*b, attn::prefill_args(*b), kDeviceErrorQueryLen, "cu_seqlens_q");
-    }
-    {
-      BatchSpec p = s;
-      p.form = Form::kPrefill;
-      p.query_lens = {3, 0, 2};
-      p.seq_lens = {300, 0, 1};  // 2 rows for 1 token
-      std::unique_ptr<Batch> b = attn::make_batch(p, test::test_device());
-      expect_value_error(*b, attn::prefill_args(*b), kDeviceErrorQueryLen, "rows > seq_len");
-    }
-  }
 }
 
 }  // namespace
