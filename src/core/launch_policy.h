@@ -71,12 +71,34 @@ struct BlockRange {
   int64_t begin = 0, end = 0;
 };
 
-// The blocks a request contributes to the balanced mapping: its visible blocks (ceil(len /
-// block_size), at most max_blocks), and one for a request with none, so that one CTA still
-// resolves it (and reports a bad length) as chunk 0 of the static grid does.
-MSA_POLICY_HD int64_t balanced_units(int64_t len, int64_t block_size, int64_t max_blocks) {
+// Every piece of a balanced CTA after its first costs it about as long as streaming this many
+// more key bytes: the CTA's warps meet, write the piece's block maxima, load the next request's
+// queries and page ids and refill their key pipelines. On the H200 a CTA whose share straddled
+// two requests finished 3-5 us after the others, with bf16 and e4m3 keys alike, at ~17 GB/s per
+// CTA (one wave of two CTAs per SM) (bench/results/2026-12-01-index-balanced-lead-units/).
+constexpr int64_t kIndexBalancedRestartBytes = 64 * 1024;
+// At most this many lead units per request (blocks of 1 KB and less); it also bounds the prefix
+// sums (plan_index_launch).
+constexpr int32_t kIndexBalancedMaxLeadUnits = 64;
+
+// Lead units: units a request puts in front of its blocks in the balanced mapping, which stand
+// for the restart of the CTA that reaches the request from the one before, so that a share
+// which straddles two requests holds that many fewer blocks. kIndexBalancedRestartBytes in
+// blocks of block_bytes key bytes (bf16 keys at M3's 128 x 128: 2; e4m3: 4).
+MSA_POLICY_HD int32_t balanced_lead_units(int64_t block_bytes) {
+  if (block_bytes <= 0) return 0;
+  const int64_t units = (kIndexBalancedRestartBytes + block_bytes / 2) / block_bytes;
+  return static_cast<int32_t>(units < kIndexBalancedMaxLeadUnits ? units
+                                                                 : kIndexBalancedMaxLeadUnits);
+}
+
+// The units a request contributes to the balanced mapping: `lead` lead units, then its visible
+// blocks (ceil(len / block_size), at most max_blocks), or one for a request with none, so that one
+// CTA still resolves it (and reports a bad length) as chunk 0 of the static grid does.
+MSA_POLICY_HD int64_t balanced_units(int64_t len, int64_t block_size, int64_t max_blocks,
+                                     int32_t lead) {
   const int64_t visible = len > 0 ? (len + block_size - 1) / block_size : 0;
-  return visible < 1 ? 1 : (visible > max_blocks ? max_blocks : visible);
+  return lead + (visible < 1 ? 1 : (visible > max_blocks ? max_blocks : visible));
 }
 
 // The units [begin, end) of `total` owned by CTA `cta` of `ctas` (shares differ by at most one).
@@ -87,12 +109,14 @@ MSA_POLICY_HD BlockRange balanced_share(int64_t total, int64_t ctas, int64_t cta
 // A balanced CTA walks its share request by request, in pieces of at most piece_blocks
 // (balanced_piece_blocks) blocks: the piece at cursor (tile, b0) is blocks [b0, b0 + bpc) of
 // request `tile`. `ends` holds the inclusive prefix sums of the nreq requests' units (request r
-// owns units [ends[r - 1], ends[r])). balanced_first gives the first cursor of a share,
-// balanced_piece the piece at a cursor and the cursor after it, or false once the share is done.
+// owns units [ends[r - 1], ends[r]): `lead` lead units, then one per block). balanced_first gives
+// the first cursor of a share, balanced_piece the piece at a cursor and the cursor after it, or
+// false once the share has no more blocks. A share may hold lead units only, and no piece.
 struct BalancedCursor {
   int32_t tile = 0, b0 = 0;
 };
-MSA_POLICY_HD BalancedCursor balanced_first(const int32_t* ends, int32_t nreq, BlockRange share) {
+MSA_POLICY_HD BalancedCursor balanced_first(const int32_t* ends, int32_t nreq, BlockRange share,
+                                            int32_t lead) {
   int32_t lo = 0, hi = nreq;  // the first request whose units end past the share's start
   while (lo < hi) {
     const int32_t mid = (lo + hi) / 2;
@@ -102,19 +126,21 @@ MSA_POLICY_HD BalancedCursor balanced_first(const int32_t* ends, int32_t nreq, B
       lo = mid + 1;
     }
   }
-  const int64_t start = lo == 0 ? 0 : ends[lo - 1];
-  return BalancedCursor{
-      lo, lo < nreq && share.begin > start ? static_cast<int32_t>(share.begin - start) : 0};
+  const int64_t blocks_start = (lo == 0 ? 0 : ends[lo - 1]) + lead;
+  return BalancedCursor{lo, lo < nreq && share.begin > blocks_start
+                                ? static_cast<int32_t>(share.begin - blocks_start)
+                                : 0};
 }
 MSA_POLICY_HD bool balanced_piece(const int32_t* ends, int32_t nreq, BlockRange share,
-                                  int32_t piece_blocks, BalancedCursor at, int32_t* bpc,
-                                  BalancedCursor* next) {
+                                  int32_t piece_blocks, int32_t lead, BalancedCursor at,
+                                  int32_t* bpc, BalancedCursor* next) {
   if (at.tile >= nreq) return false;
   const int64_t start = at.tile == 0 ? 0 : ends[at.tile - 1];
   if (start >= share.end) return false;
   const int64_t end = ends[at.tile] < share.end ? ends[at.tile] : share.end;
-  const auto limit = static_cast<int32_t>(end - start);
-  if (at.b0 >= limit) return false;  // an empty share
+  // Blocks of the request before the share's end (<= 0: it ends among the lead units).
+  const auto limit = static_cast<int32_t>(end - start - lead);
+  if (at.b0 >= limit) return false;  // no block left in the share
   const bool more = at.b0 + piece_blocks < limit;
   *bpc = more ? piece_blocks : limit - at.b0;
   *next = more ? BalancedCursor{at.tile, at.b0 + piece_blocks} : BalancedCursor{at.tile + 1, 0};
@@ -227,7 +253,8 @@ inline IndexLaunchPlan plan_index_launch(int64_t row_tiles, int64_t max_blocks, 
   p.early_select = bpc <= kIndexEarlySelectMaxBlocks && row_tiles * p.chunks <= wave &&
                    max_blocks <= kIndexClusterSelectMaxBlocks;
   if (balanced_ctas_per_sm > 0 && decode && row_tiles <= kIndexBalancedMaxRequests &&
-      row_tiles * max_blocks <= INT32_MAX && row_tiles * p.chunks > wave) {
+      row_tiles * (max_blocks + kIndexBalancedMaxLeadUnits) <= INT32_MAX &&
+      row_tiles * p.chunks > wave) {
     p.balanced_ctas = int64_t{balanced_ctas_per_sm} * sms;
     p.early_select = false;
     return p;

@@ -47,7 +47,9 @@
 //   (plan.balanced_ctas): every CTA reads all request lengths, takes the prefix sum of their
 //   visible blocks and scores an equal share of them, request by request in pieces of up to 256
 //   blocks (the same scoring code; detail::balanced_share / balanced_piece /
-//   balanced_piece_blocks). A static CTA's work is fixed by the plan, so in a ragged batch the
+//   balanced_piece_blocks). Each request also counts a few lead units in front of its blocks
+//   (detail::balanced_lead_units), the restart a CTA pays when its share reaches into the
+//   request. A static CTA's work is fixed by the plan, so in a ragged batch the
 //   CTAs of short requests idle while the long ones stream; the shares keep every SM streaming:
 //   ragged e4m3 index calls 9-31% faster (512K x 4 62.5 -> 43.3 us, 128K x 64 200 -> 182),
 //   uniform ones within -3..+2.3%
@@ -467,9 +469,12 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
     prm.scores = scores;
     prm.error_flags = flags;
     prm.early_select = plan.early_select;
+    prm.balanced_lead = 0;
     const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(plan.chunks));
     const char* name = uses_tensor_cores(pb) ? "index_score_mma_kernel" : "index_score_kernel";
     if (plan.balanced_ctas > 0) {
+      prm.balanced_lead = static_cast<int16_t>(detail::balanced_lead_units(
+          pb.index_cache.shape[1] * pb.head_dim() * dtype_size(pb.index_cache.dtype)));
       const BalancedScorer scorer = balanced_scorer(pb);
       MSA_RETURN_IF_ERROR(launch_kernel("index_score_mma_balanced_kernel", scorer.kernel,
                                         dim3(1, static_cast<unsigned>(plan.balanced_ctas)),

@@ -43,6 +43,9 @@ struct IndexScoreParams {
   // The select kernel (a dependent launch) may start once every score CTA has started, rather
   // than once each has scored its blocks (IndexLaunchPlan::early_select).
   bool early_select;
+  // The balanced grid's lead units per request (detail::balanced_lead_units); 16 bits, where the
+  // first line had padding, so that no field moves to another line.
+  int16_t balanced_lead;
   DType q_dtype;
   RowMap rows;
   const int32_t* block_table;  // [num_requests, max_blocks]
@@ -1354,10 +1357,11 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
   };
   if constexpr (kGrid == ScoreGrid::kBalanced) {
     // The CTA's share of the concatenated visible blocks of all requests (decode: a row tile is a
-    // request): every CTA reads all lengths, takes the prefix sum of their blocks (at least one
-    // per request, detail::balanced_units) and scores its share request by request, in pieces of
-    // at most detail::balanced_piece_blocks. A ragged batch then keeps every SM streaming until
-    // the end instead of leaving the CTAs of short requests idle.
+    // request): every CTA reads all lengths, takes the prefix sum of their units (lead units and
+    // at least one block per request, detail::balanced_units) and scores its share request by
+    // request, in pieces of at most detail::balanced_piece_blocks. A ragged batch then keeps every
+    // SM streaming until the end instead of leaving the CTAs of short requests idle, and a share
+    // that reaches into another request holds fewer blocks for the restart that costs it.
     __shared__ int32_t s_units_end[detail::kIndexBalancedMaxRequests];  // inclusive prefix sums
     __shared__ int32_t s_warp_units[kScoreWarps];
     constexpr int kPer = static_cast<int>(detail::kIndexBalancedMaxRequests) / kScoreThreads;
@@ -1373,7 +1377,8 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       if (static_cast<int>(threadIdx.x) * kPer + i < nreq) {
-        run += static_cast<int32_t>(detail::balanced_units(len[i], bs, max_blocks));
+        run +=
+            static_cast<int32_t>(detail::balanced_units(len[i], bs, max_blocks, prm.balanced_lead));
       }
       incl_units[i] = run;
     }
@@ -1399,11 +1404,12 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
     }
     __syncthreads();
     const detail::BlockRange share = detail::balanced_share(total, gridDim.y, blockIdx.y);
-    detail::BalancedCursor at = detail::balanced_first(s_units_end, nreq, share);
+    detail::BalancedCursor at = detail::balanced_first(s_units_end, nreq, share, prm.balanced_lead);
     const int32_t piece_blocks = detail::balanced_piece_blocks(int64_t{prm.rows_per_tile} * H);
     int32_t bpc = 0;
     detail::BalancedCursor next;
-    while (detail::balanced_piece(s_units_end, nreq, share, piece_blocks, at, &bpc, &next)) {
+    while (detail::balanced_piece(s_units_end, nreq, share, piece_blocks, prm.balanced_lead, at,
+                                  &bpc, &next)) {
       score_piece(at.tile, at.b0, bpc, at.b0 == 0);
       at = next;
     }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <random>
 #include <utility>
@@ -307,13 +308,15 @@ TEST(LaunchPolicy, IndexBalancedPiecesFillTheBlockMaxima) {
 }
 
 // The walk of every CTA of a balanced grid, as the score kernel runs it (balanced_units,
-// balanced_share, balanced_first, balanced_piece): every visible block of every request is scored
-// by exactly one CTA, in pieces of at most balanced_piece_blocks blocks of one request, exactly
-// one piece of every request starts at its block 0 (that CTA reports a bad length), and the
-// shares differ by at most one block.
+// balanced_share, balanced_first, balanced_piece), with and without lead units: every visible
+// block of every request is scored by exactly one CTA, in pieces of at most balanced_piece_blocks
+// blocks of one request, exactly one piece of every request starts at its block 0 (that CTA
+// reports a bad length), the shares differ by at most one unit, and a CTA scores exactly the
+// block units of its share (those past the lead units of their request).
 TEST(LaunchPolicy, IndexBalancedSharesCoverEveryBlockOnce) {
   std::mt19937_64 rng(11);
-  for (int trial = 0; trial < 60; ++trial) {
+  for (int trial = 0; trial < 90; ++trial) {
+    const int32_t lead = std::array<int32_t, 5>{0, 1, 2, 4, 7}[static_cast<size_t>(trial % 5)];
     const int64_t bs = trial % 2 ? 128 : 64;
     const int32_t piece_blocks = balanced_piece_blocks(int64_t{1} << (trial % 6));  // 1..32 heads
     const int64_t max_blocks = 1 + static_cast<int64_t>(rng() % (trial % 3 ? 300 : 1200));
@@ -334,7 +337,8 @@ TEST(LaunchPolicy, IndexBalancedSharesCoverEveryBlockOnce) {
     std::vector<int32_t> ends(static_cast<size_t>(nreq));
     int32_t total = 0;
     for (int32_t r = 0; r < nreq; ++r) {
-      total += static_cast<int32_t>(balanced_units(lens[static_cast<size_t>(r)], bs, max_blocks));
+      total +=
+          static_cast<int32_t>(balanced_units(lens[static_cast<size_t>(r)], bs, max_blocks, lead));
       ends[static_cast<size_t>(r)] = total;
     }
     // Up to past a grid of three CTAs per SM on the H200 (396).
@@ -343,18 +347,23 @@ TEST(LaunchPolicy, IndexBalancedSharesCoverEveryBlockOnce) {
     for (int32_t r = 0; r < nreq; ++r) {
       const int64_t start = r == 0 ? 0 : ends[static_cast<size_t>(r) - 1];
       owners[static_cast<size_t>(r)].assign(
-          static_cast<size_t>(ends[static_cast<size_t>(r)] - start), 0);
+          static_cast<size_t>(ends[static_cast<size_t>(r)] - start - lead), 0);
     }
     std::vector<int> starts(static_cast<size_t>(nreq), 0);
     for (int64_t cta = 0; cta < ctas; ++cta) {
       const BlockRange share = balanced_share(total, ctas, cta);
       EXPECT_LE(share.end - share.begin, (total + ctas - 1) / ctas);
       EXPECT_GE(share.end - share.begin, total / ctas);
-      int64_t scored = 0;
-      BalancedCursor at = balanced_first(ends.data(), nreq, share);
+      int64_t scored = 0, block_units = 0;
+      for (int64_t u = share.begin; u < share.end; ++u) {
+        int32_t r = 0;
+        while (ends[static_cast<size_t>(r)] <= u) ++r;
+        block_units += u - (r == 0 ? 0 : ends[static_cast<size_t>(r) - 1]) >= lead ? 1 : 0;
+      }
+      BalancedCursor at = balanced_first(ends.data(), nreq, share, lead);
       int32_t bpc = 0;
       BalancedCursor next;
-      while (balanced_piece(ends.data(), nreq, share, piece_blocks, at, &bpc, &next)) {
+      while (balanced_piece(ends.data(), nreq, share, piece_blocks, lead, at, &bpc, &next)) {
         ASSERT_GE(bpc, 1);
         ASSERT_LE(bpc, piece_blocks);
         std::vector<int>& own = owners[static_cast<size_t>(at.tile)];
@@ -364,7 +373,7 @@ TEST(LaunchPolicy, IndexBalancedSharesCoverEveryBlockOnce) {
         scored += bpc;
         at = next;
       }
-      EXPECT_EQ(scored, share.end - share.begin) << "cta " << cta;
+      EXPECT_EQ(scored, block_units) << "cta " << cta << " lead " << lead;
     }
     for (int32_t r = 0; r < nreq; ++r) {
       const int64_t len = lens[static_cast<size_t>(r)];
@@ -377,6 +386,45 @@ TEST(LaunchPolicy, IndexBalancedSharesCoverEveryBlockOnce) {
       EXPECT_EQ(starts[static_cast<size_t>(r)], 1) << "request " << r;
     }
   }
+}
+
+// Lead units: 64 KB of keys in blocks (2 for M3's bf16 128 x 128 blocks, 4 for e4m3), at least
+// 0 and at most kIndexBalancedMaxLeadUnits. With them, of three CTAs over two requests of 100
+// blocks, the one whose share reaches from the first request into the second scores fewer blocks
+// than the others: 204 units, shares of 68; CTA 0 owns the first request's 2 lead units and
+// blocks 0-65, CTA 1 blocks 66-99 and, after the second request's lead units, its blocks 0-31,
+// CTA 2 blocks 32-99.
+TEST(LaunchPolicy, IndexBalancedLeadUnitsShortenStraddlingShares) {
+  EXPECT_EQ(balanced_lead_units(128 * 128 * 2), 2);
+  EXPECT_EQ(balanced_lead_units(128 * 128), 4);
+  EXPECT_EQ(balanced_lead_units(64 * 64), 16);
+  EXPECT_EQ(balanced_lead_units(int64_t{1} << 20), 0);
+  EXPECT_EQ(balanced_lead_units(16), kIndexBalancedMaxLeadUnits);
+  EXPECT_EQ(balanced_lead_units(0), 0);
+  EXPECT_EQ(balanced_units(100 * 128, 128, 1024, 2), 102);
+  EXPECT_EQ(balanced_units(0, 128, 1024, 2), 3);
+  const std::array<int32_t, 2> ends{102, 204};
+  const std::array<std::vector<std::array<int32_t, 3>>, 3> want{
+      std::vector<std::array<int32_t, 3>>{{0, 0, 66}},
+      std::vector<std::array<int32_t, 3>>{{0, 66, 34}, {1, 0, 32}},
+      std::vector<std::array<int32_t, 3>>{{1, 32, 68}}};
+  for (int64_t cta = 0; cta < 3; ++cta) {
+    const BlockRange share = balanced_share(204, 3, cta);
+    std::vector<std::array<int32_t, 3>> pieces;  // (request, first block, blocks)
+    BalancedCursor at = balanced_first(ends.data(), 2, share, 2);
+    int32_t bpc = 0;
+    BalancedCursor next;
+    while (balanced_piece(ends.data(), 2, share, 256, 2, at, &bpc, &next)) {
+      pieces.push_back({at.tile, at.b0, bpc});
+      at = next;
+    }
+    EXPECT_EQ(pieces, want[static_cast<size_t>(cta)]) << "cta " << cta;
+  }
+  // A share of lead units alone has no piece.
+  const BalancedCursor at = balanced_first(ends.data(), 2, BlockRange{102, 104}, 2);
+  int32_t bpc = 0;
+  BalancedCursor next;
+  EXPECT_FALSE(balanced_piece(ends.data(), 2, BlockRange{102, 104}, 256, 2, at, &bpc, &next));
 }
 
 TEST(LaunchPolicy, AttentionSplitsSmallBatchesWithinOneWave) {
