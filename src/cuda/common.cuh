@@ -125,6 +125,29 @@ __device__ __forceinline__ uint4 ld_raw_v4(const void* p) {
   return v;
 }
 
+// 16 bytes from global to shared memory, asynchronously (cp.async, in the thread's current commit
+// group); with `keep` false the destination is zero-filled and nothing is read.
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* global_src) {
+  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global_src)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* global_src, bool keep) {
+  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src),
+               "r"(keep ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Waits until at most kPending of the thread's commit groups are in flight; the thread's own
+// copies of the others are then visible to it.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
 // *p = v (p in shared memory) where `pred`, as one predicated store instead of a branch: a store
 // behind a branch lets ptxas sink the loads that feed it into that branch, one round trip each.
 __device__ __forceinline__ void st_shared_b16_if(bool pred, void* p, uint16_t v) {

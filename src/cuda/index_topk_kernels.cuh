@@ -832,19 +832,6 @@ constexpr size_t balanced_dynamic_smem() {
   return uses_key_ring<CacheT, CH, ScoreGrid::kBalanced, kM>() ? key_ring_bytes<CH, kM>() : 0;
 }
 
-__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* global_src) {
-  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global_src)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 // A fragment of k-step s (0-3) of a 64-dim chunk from its loads r[j][key g, key g + 8]: {row g
 // slots 2t, 2t+1; row g+8 the same; row g slots 2t+8, 2t+9; row g+8 the same} = the lane's dims
 // 4h + [0, 4) of its load j (see above). bf16 keys are used as stored; e4m3 pairs are converted

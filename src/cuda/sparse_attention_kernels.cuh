@@ -949,14 +949,6 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// 16 bytes from global to shared memory, asynchronously; with `keep` false the destination is
-// zero-filled and nothing is read.
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool keep) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(keep ? 16 : 0)
-               : "memory");
-}
-
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -1147,19 +1139,18 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
         *reinterpret_cast<uint4*>(sK + swz((tid >> 4) + 16 * i, q_chunk)) = kv_words(k_raw[i]);
       }
     } else {
+      // K, then V, as one commit group each.
+      auto copy_tile = [&](uint16_t* dst, const CacheT* base, int tok) {
 #pragma unroll
-      for (int i = 0; i < kBlockKeys / 16; ++i) {
-        const int key = (tid >> 4) + 16 * i;
-        cp_async_16(sK + swz(key, q_chunk), kb + key * k_tok + 8 * q_chunk, key < n_keys);
-      }
-      asm volatile("cp.async.commit_group;\n" ::: "memory");
-#pragma unroll
-      for (int i = 0; i < kBlockKeys / 16; ++i) {
-        const int key = (tid >> 4) + 16 * i;
-        cp_async_16(sV + swz(key, q_chunk), vb + key * v_tok + 8 * q_chunk, key < n_keys);
-      }
-      asm volatile("cp.async.commit_group;\n" ::: "memory");
-      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+        for (int i = 0; i < kBlockKeys / 16; ++i) {
+          const int key = (tid >> 4) + 16 * i;
+          cp_async_16(dst + swz(key, q_chunk), base + key * tok + 8 * q_chunk, key < n_keys);
+        }
+        cp_async_commit();
+      };
+      copy_tile(sK, kb, k_tok);
+      copy_tile(sV, vb, v_tok);
+      cp_async_wait<1>();  // K
     }
   }
   __syncthreads();  // K (and Q) in shared memory
@@ -1257,7 +1248,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
       }
     }
   } else {
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    cp_async_wait<0>();  // V
   }
   __syncthreads();  // P, the row sums and V
 
