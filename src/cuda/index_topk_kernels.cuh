@@ -67,15 +67,21 @@ enum class ScoreGrid { kStatic, kClusterSelect, kBalanced };
 // Total order of spec A3 as one 64-bit key: tier (init 2 > local 1 > scored 0) in bits 62-63,
 // the ordered score in bits 30-61 (forced tiers use 0, so they tie), and 0x3FFFFFFF - block in
 // bits 0-29 so that equal scores go to the lower block id. Keys are distinct per block.
-// s is block b's score; the tiers depend on the row's visible block count nvb.
-__device__ __forceinline__ uint64_t selection_key(float s, int64_t b, int64_t nvb,
-                                                  int32_t init_blocks, int32_t local_blocks) {
-  const uint64_t id_bits = 0x3FFFFFFFull - static_cast<uint64_t>(b);
-  if (b < init_blocks) return (2ull << 62) | id_bits;
-  if (b >= nvb - local_blocks) return (1ull << 62) | id_bits;
-  if (isnan(s)) s = -1e30f;
-  if (s == 0.0f) s = 0.0f;  // -0 ties with +0
-  return (static_cast<uint64_t>(ordered_f32(s)) << 30) | id_bits;
+// s is block b's score (b < 2^30, check_supported); blocks below init_blocks are forced init,
+// those from local_start (the row's visible block count minus local_blocks) forced local. Built
+// from two 32-bit halves with selects and no branch: the wide select kernel builds up to 16 keys
+// per thread while its CTA runs alone on its SM, and the branchy form (a convergence region per
+// tier test) cost ~0.2 us per key there (%globaltimer trace,
+// bench/results/2026-12-01-select-key-build/).
+__device__ __forceinline__ uint64_t selection_key(float s, int32_t b, int32_t init_blocks,
+                                                  int32_t local_start) {
+  const uint32_t id_bits = 0x3FFFFFFFu - static_cast<uint32_t>(b);
+  const float c = isnan(s) ? -1e30f : (s == 0.0f ? 0.0f : s);  // -0 ties with +0
+  const uint32_t o = ordered_f32(c);
+  const bool init = b < init_blocks, local = b >= local_start;
+  const uint32_t hi = init ? 0x80000000u : (local ? 0x40000000u : o >> 2);
+  const uint32_t lo = (init || local) ? id_bits : ((o << 30) | id_bits);
+  return (static_cast<uint64_t>(hi) << 32) | lo;
 }
 
 // Keys a selecting thread keeps in registers: block tables of up to 256 x 16 = 4096 columns
@@ -137,6 +143,16 @@ __device__ __forceinline__ uint64_t largest_below(const uint64_t (&keys)[P], uin
   return best;
 }
 
+// The largest of the warp's 64-bit values, by every lane: the high words' maximum, then the low
+// words' maximum among the lanes that hold it, two redux.sync instructions where a shuffle
+// butterfly takes five dependent rounds of two shuffles, a 64-bit compare and two selects.
+__device__ __forceinline__ uint64_t warp_max_key(uint64_t v) {
+  const uint32_t hi = static_cast<uint32_t>(v >> 32);
+  const uint32_t top_hi = __reduce_max_sync(0xFFFFFFFFu, hi);
+  const uint32_t lo = __reduce_max_sync(0xFFFFFFFFu, hi == top_hi ? static_cast<uint32_t>(v) : 0u);
+  return (static_cast<uint64_t>(top_hi) << 32) | lo;
+}
+
 // Warps that warp_tops_threshold needs for `kept` keys: the tops of the first `warps` warps
 // (those whose threads can hold keys) must number at least kept, at most kMaxWarpTops each.
 __device__ __forceinline__ bool warp_tops_fit(int64_t kept, int64_t warps) {
@@ -159,14 +175,14 @@ __device__ uint64_t warp_tops_threshold(const uint64_t (&keys)[P], int64_t kept,
   if (warp < warps) {
     uint64_t cur = largest_below(keys, ~0ull);
     for (int t = 0; t < m; ++t) {
-      uint64_t top = cur;
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) {
-        const uint64_t other = __shfl_xor_sync(0xFFFFFFFFu, top, off);
-        top = other > top ? other : top;
-      }
+      const uint64_t top = warp_max_key(cur);
       if (lane == 0) sm.tops[t * warps + warp] = top;
-      if (top != 0 && cur == top) cur = largest_below(keys, top);  // keys are distinct
+      if (t + 1 < m) {
+        // The lane that held the top moves to its next key (keys are distinct). Every lane runs
+        // the scan, so the warp does not diverge around it.
+        const uint64_t next = largest_below(keys, top);
+        if (cur == top) cur = next;
+      }
     }
   }
   __syncthreads();
@@ -296,10 +312,24 @@ __device__ bool select_candidates(const IndexSelectParams& prm, int64_t row, int
     if (keys[i] != 0 && keys[i] >= lower) sm.keys[slot++] = keys[i];
   }
   __syncthreads();
-  const uint64_t key = tid < candidates ? sm.keys[tid] : 0;
+  // Candidate c is ranked by `parts` adjacent threads (a power of two <= 4 while parts x
+  // candidates fill at most the CTA), each counting the keys above it in one slice of the set, so
+  // the usual few dozen candidates take one 16-key batch per thread rather than a serial chain of
+  // four (~0.8 us at 128K x 16 where the whole select took ~3.5 us; %globaltimer trace,
+  // bench/results/2026-12-01-select-key-build/). Slices start on 16-key boundaries (16-byte
+  // loads in count_above).
+  const int log_parts = candidates <= kSelectThreads / 4 ? 2 : candidates <= kSelectThreads / 2;
+  const int c = tid >> log_parts, part = tid & ((1 << log_parts) - 1);
+  const uint64_t key = c < candidates ? sm.keys[c] : 0;
   bool keep = false;
-  if ((tid & ~31) < candidates) {  // warp-uniform
-    keep = tid < candidates && count_above(sm.keys, candidates, key) < kept;
+  if ((tid & ~31) < (candidates << log_parts)) {  // warp-uniform
+    const int slice = (((candidates + (1 << log_parts) - 1) >> log_parts) + 15) & ~15;
+    const int first = min(part * slice, candidates);
+    int above = count_above(sm.keys + first, min(slice, candidates - first), key);
+    for (int off = 1; off < (1 << log_parts); off <<= 1) {
+      above += __shfl_xor_sync(0xFFFFFFFFu, above, off);
+    }
+    keep = part == 0 && c < candidates && above < kept;
   }
   int32_t total = 0;
   const int32_t offset = exclusive_sum(keep ? 1 : 0, sm, &total);
@@ -327,8 +357,9 @@ __device__ void write_row_topk_by_rank(const IndexSelectParams& prm, int64_t row
   const int tid = threadIdx.x;
   const int64_t kept = min(static_cast<int64_t>(prm.topk), nvb);
   const bool visible = tid < nvb;
-  const uint64_t key =
-      visible ? selection_key(raw, tid, nvb, prm.init_blocks, prm.local_blocks) : 0;
+  const uint64_t key = visible ? selection_key(raw, tid, prm.init_blocks,
+                                               static_cast<int32_t>(nvb) - prm.local_blocks)
+                               : 0;
   bool keep = visible;
   if (nvb > kept && nvb > kTournamentMinBlocks && kept <= kTournamentKeys) {
     // Called by every thread (shuffles and barriers), not behind `visible`. Keys are distinct,
@@ -367,9 +398,11 @@ __device__ void select_row_topk_by_rank(const IndexSelectParams& prm, int64_t ro
   // has no columns).
   const int tid = threadIdx.x;
   const int64_t col = min(static_cast<int64_t>(tid), max_blocks - 1);
-  const RowInfo info = resolve_row(prm.rows, row, nullptr);
+  const int64_t req = decode_request(prm.rows, row);
+  const uint32_t early_seq_len = ld_decode_seq_len_of(prm.rows, req);  // see select_row_topk
   wait_for_prior_grid();  // the scores come from the score kernel
   const float raw = col >= 0 ? __ldcg(prm.scores + (h * T + row) * max_blocks + col) : 0.0f;
+  const RowInfo info = resolve_row_of(prm.rows, row, nullptr, early_seq_len, req);
   write_row_topk_by_rank(prm, row, h, raw,
                          visible_blocks(info, info.pos_base + row, prm.rows.block_size), sm);
 }
@@ -434,26 +467,53 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
   const int64_t per_thread = (max_blocks + kSelectThreads - 1) / kSelectThreads;
   const int64_t begin = min(max_blocks, tid * per_thread);
   const bool cached = per_thread <= kKeys;
-  const RowInfo info = resolve_row(prm.rows, row, nullptr);
+  // A decode row's sequence length is loaded before the wait (an input of this call, which the
+  // stream finished writing before the score kernel started) and resolved after the score loads
+  // are issued, so that its load overlaps the wait and theirs. Resolving it before the wait (a
+  // branch on the loaded length) put a cold load, ~0.65 us from entry to the wait, on the path
+  // of every select CTA launched after the score grid's last CTA
+  // (bench/results/2026-12-01-select-key-build/).
+  const int64_t req = decode_request(prm.rows, row);
+  const uint32_t early_seq_len = ld_decode_seq_len_of(prm.rows, req);
   wait_for_prior_grid();  // the scores come from the score kernel
-  // Unconditional loads (index clamped into the row), used only after all are issued.
+  // Unconditional loads (index clamped into the row), used only after all are issued. A thread's
+  // range is contiguous, so where it starts on a 16-byte boundary (row length and range length
+  // multiples of 4, workspace aligned as Workspace documents) its scores come as float4 loads:
+  // a quarter of the load instructions, and one L1 wavefront per 4 lines of a warp's load where
+  // the scalar loads' 16 threads apart touched 16 lines each.
   float raw[kKeys];
   if (cached && max_blocks > 0) {
+    const bool quads = kKeys % 4 == 0 && per_thread % 4 == 0 && max_blocks % 4 == 0 &&
+                       (reinterpret_cast<uintptr_t>(prm.scores) & 15) == 0;
+    if (quads) {
 #pragma unroll
-    for (int i = 0; i < kKeys; ++i) {
-      raw[i] = __ldcg(scores + min(begin + i, max_blocks - 1));
+      for (int j = 0; j < kKeys / 4; ++j) {
+        const float4 v =
+            __ldcg(reinterpret_cast<const float4*>(scores + min(begin + 4 * j, max_blocks - 4)));
+        raw[4 * j] = v.x;
+        raw[4 * j + 1] = v.y;
+        raw[4 * j + 2] = v.z;
+        raw[4 * j + 3] = v.w;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kKeys; ++i) raw[i] = __ldcg(scores + min(begin + i, max_blocks - 1));
     }
   }
 
+  const RowInfo info = resolve_row_of(prm.rows, row, nullptr, early_seq_len, req);
   const int64_t nvb = visible_blocks(info, info.pos_base + row, prm.rows.block_size);
   const int64_t kept = min(static_cast<int64_t>(prm.topk), nvb);
   const int64_t end = min(nvb, begin + per_thread);
+  // Block ids and counts fit 32 bits (max_blocks < 2^30, check_supported).
+  const int32_t local_start = static_cast<int32_t>(nvb) - prm.local_blocks;
   uint64_t keys[kKeys];
   if (cached) {
+    const int32_t begin32 = static_cast<int32_t>(begin), end32 = static_cast<int32_t>(end);
 #pragma unroll
     for (int i = 0; i < kKeys; ++i) {
-      const int64_t b = begin + i;
-      keys[i] = b < end ? selection_key(raw[i], b, nvb, prm.init_blocks, prm.local_blocks) : 0;
+      const uint64_t key = selection_key(raw[i], begin32 + i, prm.init_blocks, local_start);
+      keys[i] = begin32 + i < end32 ? key : 0;
     }
   }
   // f(block, key) over this thread's range, from registers when they hold it.
@@ -465,7 +525,8 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
       }
     } else {
       for (int64_t b = begin; b < end; ++b) {
-        f(b, selection_key(__ldcg(scores + b), b, nvb, prm.init_blocks, prm.local_blocks));
+        f(b,
+          selection_key(__ldcg(scores + b), static_cast<int32_t>(b), prm.init_blocks, local_start));
       }
     }
   };

@@ -43,6 +43,12 @@ __device__ __forceinline__ uint32_t ld_decode_seq_len(const RowMap& m, int64_t r
   return ld_raw_u32(m.seq_lens + req * m.seq_lens_stride);
 }
 
+// The decode request of a row, for ld_decode_seq_len_of and resolve_row_of (0 for a batch with
+// cu_seqlens_q, which they do not read it for).
+__device__ __forceinline__ int64_t decode_request(const RowMap& m, int64_t row) {
+  return m.cu_seqlens_q == nullptr ? row / m.query_len : 0;
+}
+
 // ld_decode_seq_len for a caller that found the row's request itself (req = row / query_len,
 // which the attention kernel divides by a shift when query_len is a power of two).
 __device__ __forceinline__ uint32_t ld_decode_seq_len_of(const RowMap& m, int64_t req) {
