@@ -91,6 +91,7 @@
 #include "core/validate.h"
 #include "cuda/common.cuh"
 #include "cuda/index_topk_kernels.cuh"
+#include "cuda/prefill/prefill.h"
 #include "msa/indexer.h"
 
 namespace msa {
@@ -103,10 +104,13 @@ using IndexProblem = detail::IndexTopkProblem;
 static_assert(detail::kIndexMaxBlocksPerCta == kMaxScoreBlocks,
               "the launch policy and the score kernels agree on blocks per CTA");
 
-// Block maxima [H, T, max_blocks] fp32.
-size_t workspace_bytes(const IndexProblem& pb) {
+// Block maxima [H, T, max_blocks] fp32, then (prefill) the tensor-core scorer's tile plan.
+size_t scores_bytes(const IndexProblem& pb) {
   return detail::align_up(static_cast<size_t>(pb.num_heads() * pb.num_rows() * pb.max_blocks()) *
                           sizeof(float));
+}
+size_t workspace_bytes(const IndexProblem& pb) {
+  return scores_bytes(pb) + (pb.query_len == 0 ? prefill::index_scores_plan_bytes(pb) : 0);
 }
 
 int rows_per_tile(const IndexProblem& pb) {
@@ -398,6 +402,31 @@ ScoreLaunchInfo launch_info(const IndexProblem& pb) {
   return cache.get(variant, [&] { return query_launch_info(pb); });
 }
 
+// The select kernel of a call, after the score kernel (after_scores) or with nothing scored.
+Status launch_select(const IndexProblem& pb, const IndexSelectParams& sel, bool after_scores,
+                     cudaStream_t cuda_stream) {
+  const dim3 grid(static_cast<unsigned>(pb.num_rows()), static_cast<unsigned>(pb.num_heads()));
+  const bool narrow = pb.max_blocks() <= kSelectThreads;
+  const int keys = select_keys_per_thread(pb.max_blocks());
+  const auto select_kernel = narrow      ? index_select_narrow_kernel
+                             : keys == 4 ? index_select_kernel<4>
+                             : keys == 8 ? index_select_kernel<8>
+                                         : index_select_kernel<kSelectKeysPerThread>;
+  const char* select_name = narrow ? "index_select_narrow_kernel" : "index_select_kernel";
+  if (!after_scores) {
+    // Nothing to score: the select kernel follows whatever the stream ran before, which may
+    // have written this call's inputs, so it is launched in stream order.
+    return launch_kernel(select_name, select_kernel, grid, dim3(kSelectThreads), 0, cuda_stream,
+                         sel);
+  }
+  // A dependent launch: the select CTAs start while the score kernel finishes (early_select:
+  // while it runs), resolve their rows (reading only this call's inputs, which the stream
+  // finished writing before the score kernel started), and wait for its scores
+  // (wait_for_prior_grid).
+  return launch_kernel_dependent(select_name, select_kernel, grid, dim3(kSelectThreads), 0,
+                                 cuda_stream, sel);
+}
+
 Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
   MSA_RETURN_IF_ERROR(check_supported(pb));
   MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, workspace_bytes(pb)));
@@ -434,6 +463,12 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
   sel.out_stride_row = pb.topk_out.strides[1];
   sel.out_stride_col = pb.topk_out.strides[2];
   sel.out_cols = pb.topk_out.shape[2];
+
+  if (prefill::index_scores_supported(pb)) {
+    MSA_RETURN_IF_ERROR(prefill::run_index_scores(
+        pb, scores, static_cast<char*>(workspace.data) + scores_bytes(pb), stream));
+    return launch_select(pb, sel, /*after_scores=*/true, cuda_stream);
+  }
 
   const int rpt = rows_per_tile(pb);
   const int64_t row_tiles = pb.query_len > 0 ? rows.num_requests : (T + rpt - 1) / rpt;
@@ -496,26 +531,7 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
           launch_kernel(name, static_kernel, grid, dim3(kScoreThreads), 0, cuda_stream, prm));
     }
   }
-  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.num_heads()));
-  const bool narrow = pb.max_blocks() <= kSelectThreads;
-  const int keys = select_keys_per_thread(pb.max_blocks());
-  const auto select_kernel = narrow      ? index_select_narrow_kernel
-                             : keys == 4 ? index_select_kernel<4>
-                             : keys == 8 ? index_select_kernel<8>
-                                         : index_select_kernel<kSelectKeysPerThread>;
-  const char* select_name = narrow ? "index_select_narrow_kernel" : "index_select_kernel";
-  if (plan.chunks == 0) {
-    // Nothing to score: the select kernel follows whatever the stream ran before, which may
-    // have written this call's inputs, so it is launched in stream order.
-    return launch_kernel(select_name, select_kernel, grid, dim3(kSelectThreads), 0, cuda_stream,
-                         sel);
-  }
-  // A dependent launch: the select CTAs start while the score kernel finishes (early_select:
-  // while it runs), resolve their rows (reading only this call's inputs, which the stream
-  // finished writing before the score kernel started), and wait for its scores
-  // (wait_for_prior_grid).
-  return launch_kernel_dependent(select_name, select_kernel, grid, dim3(kSelectThreads), 0,
-                                 cuda_stream, sel);
+  return launch_select(pb, sel, plan.chunks > 0, cuda_stream);
 }
 
 }  // namespace

@@ -59,6 +59,7 @@
 #include "core/launch_policy.h"
 #include "core/validate.h"
 #include "cuda/common.cuh"
+#include "cuda/prefill/prefill.h"
 #include "cuda/sparse_attention_kernels.cuh"
 #include "msa/attention.h"
 
@@ -439,13 +440,41 @@ Status run(const SparseAttentionDecodeArgs& args, Workspace workspace, Stream st
   return run_problem(decode_problem(args), workspace, stream);
 }
 
+namespace {
+
+prefill::AttentionProblem tensor_core_problem(const SparseAttentionPrefillArgs& a) {
+  prefill::AttentionProblem pb;
+  pb.sparse = true;
+  pb.softmax_scale = a.softmax_scale;
+  pb.q = a.q;
+  pb.kv = a.kv_cache;
+  pb.block_table = a.block_table;
+  pb.cu_seqlens_q = a.cu_seqlens_q;
+  pb.seq_lens = a.seq_lens;
+  pb.topk = a.topk;
+  pb.out = a.out;
+  pb.lse = a.lse;
+  pb.error_flags = a.error_flags;
+  return pb;
+}
+
+}  // namespace
+
+// Prefill calls whose shapes suit the tensor-core kernel (prefill::attention_supported) run it;
+// the others the split-K kernels above. The workspace covers either.
 Status workspace_size(const SparseAttentionPrefillArgs& args, size_t* bytes) {
   const AttnProblem pb = prefill_problem(args);
-  *bytes = workspace_bytes(pb, device_limits(pb));
+  *bytes = std::max(workspace_bytes(pb, device_limits(pb)),
+                    prefill::attention_workspace_bytes(tensor_core_problem(args)));
   return Status::Ok();
 }
 
 Status run(const SparseAttentionPrefillArgs& args, Workspace workspace, Stream stream) {
+  const prefill::AttentionProblem tc = tensor_core_problem(args);
+  if (prefill::attention_supported(tc)) {
+    MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, prefill::attention_workspace_bytes(tc)));
+    return prefill::run_attention(tc, workspace, stream);
+  }
   return run_problem(prefill_problem(args), workspace, stream);
 }
 

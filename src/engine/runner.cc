@@ -396,15 +396,30 @@ Status ModelRunner::Impl::run_layer(int layer, const Batch& b, int64_t T,
 
   const float scale = m.effective_softmax_scale();
   if (dense) {
-    DenseAttentionArgs da;
-    da.softmax_scale = scale;
-    da.q = q_out.slice(0, 0, T);
-    da.kv_cache = L.kv;
-    da.block_table = block_table.slice(0, 0, nreq);
-    da.cu_seqlens_q = query_start_loc.slice(0, 0, nreq + 1);
-    da.seq_lens = seq_lens.slice(0, 0, nreq);
-    da.out = out.slice(0, 0, T);
-    ENGINE_RETURN_IF_ERROR(run_op(da, kStageAttention, "dense attention"));
+    // Decode and prefill rows as two calls: the op picks its kernel by the shape of the call
+    // (split-KV for a few rows per request, the tensor-core prefill kernel for long ones).
+    if (nd > 0) {
+      DenseAttentionArgs da;
+      da.softmax_scale = scale;
+      da.q = q_out.slice(0, 0, ndt);
+      da.kv_cache = L.kv;
+      da.block_table = block_table.slice(0, 0, nd);
+      da.cu_seqlens_q = query_start_loc.slice(0, 0, nd + 1);
+      da.seq_lens = seq_lens.slice(0, 0, nd);
+      da.out = out.slice(0, 0, ndt);
+      ENGINE_RETURN_IF_ERROR(run_op(da, kStageAttention, "dense attention (decode)"));
+    }
+    if (np > 0) {
+      DenseAttentionArgs da;
+      da.softmax_scale = scale;
+      da.q = q_out.slice(0, ndt, npt);
+      da.kv_cache = L.kv;
+      da.block_table = block_table.slice(0, nd, np);
+      da.cu_seqlens_q = prefill_cu.slice(0, 0, np + 1);
+      da.seq_lens = seq_lens.slice(0, nd, np);
+      da.out = out.slice(0, ndt, npt);
+      ENGINE_RETURN_IF_ERROR(run_op(da, kStageAttention, "dense attention (prefill)"));
+    }
   } else {
     IndexTopkParams params;
     params.topk = m.sparse_topk_blocks;

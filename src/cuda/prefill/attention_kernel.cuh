@@ -1,0 +1,572 @@
+// Prefill attention on Hopper tensor cores, dense causal (layers 0-2) and sparse (spec A5), over
+// the paged KV cache.
+//
+// Work item: one query tile (tokens of one request in an aligned window of 128 / G positions,
+// prefill/tiles.cuh) x one KV head. Its 128 MMA rows are the tile's tokens x the G = 8 or 16 q
+// heads of the KV head (row r = token r / G, head r % G), so every K/V block the tile visits is
+// read once for all of them. The tile walks a list of blocks in ascending order: dense, every
+// block up to the tile's own block; sparse, the union of its tokens' top-k blocks, each with the
+// mask of the tokens that selected it (built in shared memory from a bitmap of the visible
+// blocks, so duplicated or unordered top-k entries mean the same set).
+//
+// Three warpgroups. Warpgroup 0 produces the K and V tiles of each block into a two-stage ring:
+// 16-bit caches by bulk tensor copies (one 4-D map per side over [blocks, KV heads, slots, dims],
+// so the packed and split layouts are read in place), e4m3 caches by its 128 threads loading,
+// converting to bf16 exactly and storing in the swizzled layout. Warpgroups 1 and 2 own rows
+// 0-63 and 64-127: per block, S = Q K^T (wgmma, Q and K from shared memory), an online softmax
+// in fp32 in base 2, P rounded to the MMA type in registers, O += P V (wgmma, P from registers).
+//
+// A row only updates on blocks its token selected: for the other rows of a live warpgroup the
+// block's columns are masked to -inf and P is 0, so O, the row maximum and the row sum stay as
+// they were; a warpgroup none of whose tokens selected a block skips it. Per-row arithmetic is
+// therefore independent of the tile's other tokens and of the batch (bitwise, once a trailing
+// -0 is made +0). Keys past a row's position in its own block are masked by select. Slots past
+// the request's length in its last page may hold anything (NaN included): K there is masked, and
+// V rows there are zeroed in shared memory before P.V reads them (0 * NaN would be NaN).
+//
+// Bad values are flagged and skipped: a top-k id outside the tile's visible blocks
+// (kDeviceErrorTopkId) is ignored; a page outside the cache (kDeviceErrorBlockId) drops its block
+// for every row. Rows that belong to no tile (padding, requests whose metadata failed
+// validation) are written by prefill_empty_rows_kernel: output 0, LSE -inf.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common.cuh"
+#include "cuda/prefill/tiles.cuh"
+#include "cuda/row_map.cuh"
+#include "cuda/sm90/hopper.cuh"
+
+namespace msa {
+namespace cuda {
+namespace prefill {
+
+constexpr int kAttnRows = 128;     // MMA rows per tile
+constexpr int kAttnDim = 128;      // head dim
+constexpr int kAttnKeys = 128;     // keys per block
+constexpr int kAttnThreads = 384;  // producer warpgroup + two consumer warpgroups
+constexpr int kAttnStages = 2;
+constexpr int kMaxUnion = 256;        // top-k entries per tile (tokens x top-k width)
+constexpr int kMaxBitmapWords = 256;  // visible blocks per tile / 32 (sparse): 8192 blocks
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+constexpr int kTile16Bytes = kAttnKeys * kAttnDim * 2;  // one 16-bit K or V tile
+
+struct AttnSmem {
+  uint64_t full_k[kAttnStages];
+  uint64_t full_v[kAttnStages];
+  uint64_t empty[kAttnStages];
+  uint64_t fix;                     // the V copy of a block that needs its tail zeroed
+  int32_t stage_page[kAttnStages];  // the page in the stage (< 0: the block is dropped)
+  int32_t union_count;
+  int32_t union_block[kMaxUnion];
+  int32_t union_page[kMaxUnion];
+  uint32_t union_mask[kMaxUnion];  // tokens of the tile that selected the block
+  uint32_t bitmap[kMaxBitmapWords];
+  int32_t word_base[kMaxBitmapWords];
+};
+
+constexpr size_t kAttnSmemBytes =
+    kAttnRows * kAttnDim * 2 + 2 * kAttnStages * kTile16Bytes + sizeof(AttnSmem) + 1024;
+
+struct AttnParams {
+  RowMap rows;
+  const int32_t* tile_offsets;  // the plan's offsets [num_requests + 2]
+  const void* q;                // [T, Hq, 128], 16-byte aligned rows
+  int64_t q_stride_row, q_stride_head;
+  // e4m3 caches (read without TMA): K and V element strides of page, head, slot.
+  const uint8_t* k8;
+  const uint8_t* v8;
+  int64_t k_stride[3], v_stride[3];
+  int64_t num_cache_blocks;
+  const int32_t* block_table;  // [num_requests, max_blocks]
+  int64_t bt_stride_req, bt_stride_block;
+  const int32_t* topk;  // sparse: [Hkv, >= T, K]
+  int64_t tk_stride_head, tk_stride_row, tk_stride_col;
+  int32_t topk_width;
+  void* out;  // [T, Hq, 128]
+  DType out_dtype;
+  int64_t out_stride_row, out_stride_head;
+  float* lse;  // optional [T, Hq]
+  int64_t lse_stride_row, lse_stride_head;
+  float scale_log2;      // softmax scale * log2(e)
+  const float* k_scale;  // per-layer scales ([1] fp32 on the device), or null
+  const float* v_scale;
+  int32_t group;        // q heads per KV head: 8 or 16
+  int32_t tile_tokens;  // 128 / group
+  int32_t* error_flags;
+};
+
+// Writes row `r` (0..127) of the 16-bit Q tile: token r / G, head r % G of KV head g, or zeros.
+template <typename Load>
+__device__ __forceinline__ void load_q_rows(uint8_t* sQ, int first_row, int t, Load&& row_ptr) {
+  for (int c = t; c < 64 * 16; c += 128) {
+    const int r = first_row + c / 16, chunk = c % 16;
+    const uint8_t* src = row_ptr(r);
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (src != nullptr) v = ld_raw_v4(src + chunk * 16);
+    *reinterpret_cast<uint4*>(sQ + (chunk / 8) * (kAttnRows * 128) +
+                              sm90::swizzled_chunk(static_cast<uint32_t>(r), chunk % 8)) = v;
+  }
+}
+
+// 16 e4m3 values (one 16-byte word) -> 16 bf16 values in two 16-byte words, exactly.
+__device__ __forceinline__ void e4m3x16_to_bf16(uint4 in, uint4& lo, uint4& hi) {
+  const uint32_t w[4] = {in.x, in.y, in.z, in.w};
+  uint32_t o[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t h0 = e4m3x2_to_f16x2<false>(w[i]), h1 = e4m3x2_to_f16x2<true>(w[i]);
+    const float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(&h0));
+    const float2 f1 = __half22float2(*reinterpret_cast<const __half2*>(&h1));
+    o[2 * i] = sm90::pack2<sm90::Mma16::kBF16>(f0.x, f0.y);
+    o[2 * i + 1] = sm90::pack2<sm90::Mma16::kBF16>(f1.x, f1.y);
+  }
+  lo = make_uint4(o[0], o[1], o[2], o[3]);
+  hi = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+// The producer warpgroup's conversion of one e4m3 tile (128 slots x 128 dims of KV head g of
+// `page`) into the swizzled bf16 tile `dst`; slots from `valid` on are written as zeros.
+__device__ __forceinline__ void convert_e4m3_tile(const uint8_t* base, const int64_t (&stride)[3],
+                                                  int64_t page, int g, int valid, uint8_t* dst,
+                                                  int t) {
+  const uint8_t* src = base + page * stride[0] + g * stride[1];
+#pragma unroll 2
+  for (int c = t; c < kAttnKeys * 8; c += 128) {  // 8 words of 16 e4m3 per slot
+    const int slot = c / 8, word = c % 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (slot < valid) v = ld_raw_v4(src + slot * stride[2] + word * 16);
+    uint4 lo, hi;
+    e4m3x16_to_bf16(v, lo, hi);
+    // Dims 16 * word .. + 15: chunks 2 * word and 2 * word + 1 of the row (panel word / 4).
+    uint8_t* panel = dst + (word / 4) * (kAttnKeys * 128);
+    const uint32_t ch = static_cast<uint32_t>(2 * (word % 4));
+    *reinterpret_cast<uint4*>(panel + sm90::swizzled_chunk(static_cast<uint32_t>(slot), ch)) = lo;
+    *reinterpret_cast<uint4*>(panel + sm90::swizzled_chunk(static_cast<uint32_t>(slot), ch + 1)) =
+        hi;
+  }
+}
+
+// Online-softmax step of one block for this thread's two rows. s: the block's logits (raw dot
+// products); lim0 / lim1: the last visible column of each row (-1: the row does not take the
+// block). Updates m (base-2 running maxima of the scaled logits), l (this thread's partial sums)
+// and rescales o, and leaves P in s. The scale multiplies before the maximum, so any sign works.
+__device__ __forceinline__ void softmax_step(float (&s)[64], float (&o)[64], float (&m)[2],
+                                             float (&l)[2], int t, int lim0, int lim1,
+                                             float scale_log2) {
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    const int h = (i >> 1) & 1;
+    const bool vis = sm90::acc_col(t, i) <= (h ? lim1 : lim0);
+    s[i] = vis ? s[i] * scale_log2 : -INFINITY;
+    mx[h] = fmaxf(mx[h], s[i]);
+  }
+  float neg_m[2], corr[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFFu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFFu, mx[h], 2));
+    const float m_new = fmaxf(m[h], mx[h]);
+    // A row with nothing visible yet keeps m = -inf: no rescale, and P = 0 below.
+    corr[h] = m_new == -INFINITY ? 1.0f : exp2f(m[h] - m_new);
+    neg_m[h] = m_new == -INFINITY ? 0.0f : -m_new;
+    m[h] = m_new;
+  }
+  float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    const int h = (i >> 1) & 1;
+    s[i] = exp2f(s[i] + neg_m[h]);  // exp2(-inf) = 0 for masked columns
+    sum[h] += s[i];
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) l[h] = l[h] * corr[h] + sum[h];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
+}
+
+template <sm90::Mma16 kMma, bool kE4M3, bool kSparse>
+__global__ void __launch_bounds__(kAttnThreads, 1)
+    prefill_attention_sm90_kernel(const __grid_constant__ CUtensorMap k_map,
+                                  const __grid_constant__ CUtensorMap v_map, const AttnParams p) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* smem =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint8_t* sQ = smem;
+  uint8_t* sK = sQ + kAttnRows * kAttnDim * 2;
+  uint8_t* sV = sK + kAttnStages * kTile16Bytes;
+  auto* ss = reinterpret_cast<AttnSmem*>(sV + kAttnStages * kTile16Bytes);
+
+  const int32_t total = p.tile_offsets[p.rows.num_requests];
+  const int32_t tile_index = total - 1 - static_cast<int32_t>(blockIdx.x);
+  if (tile_index < 0) return;
+  const Tile tile = find_tile(p.rows, p.tile_offsets, tile_index, p.tile_tokens);
+  const int g = static_cast<int>(blockIdx.y);
+  const int G = p.group;
+  const int64_t own = tile.win_pos / kAttnKeys;
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  const int t = tid % 128;
+
+  if (tid == 0) {
+    for (int s = 0; s < kAttnStages; ++s) {
+      sm90::barrier_init(&ss->full_k[s], 1);
+      sm90::barrier_init(&ss->full_v[s], 1);
+      sm90::barrier_init(&ss->empty[s], 256);  // every consumer thread arrives
+    }
+    sm90::barrier_init(&ss->fix, 1);
+    sm90::barrier_init_fence();
+  }
+
+  if (wg == 0) {
+    if constexpr (kSparse) {
+      // Union of the tile's top-k lists: mark the visible blocks in a bitmap, rank the marked
+      // ones by a prefix count, then OR each entry's token into its block's mask.
+      const int words = static_cast<int>((own + 32) / 32);  // covers blocks 0..own
+      for (int w = t; w < words; w += 128) ss->bitmap[w] = 0;
+      sm90::named_sync(1, 128);
+      const int entries = p.tile_tokens * p.topk_width;
+      for (int e = t; e < entries; e += 128) {
+        const int tok = e / p.topk_width, col = e % p.topk_width;
+        const int64_t pos = tile.win_pos + tok;
+        if (pos < tile.lo || pos >= tile.hi) continue;
+        const int64_t row = tile.row0 + (pos - tile.start_pos);
+        const int32_t id =
+            p.topk[g * p.tk_stride_head + row * p.tk_stride_row + col * p.tk_stride_col];
+        if (id < 0) continue;
+        if (id > own) {
+          raise_error(p.error_flags, kDeviceErrorTopkId);
+          continue;
+        }
+        atomicOr(&ss->bitmap[id / 32], 1u << (id % 32));
+      }
+      sm90::named_sync(1, 128);
+      if (t < 32) {  // exclusive prefix count of the bitmap words, 32 words per round
+        int carry = 0;
+        for (int w0 = 0; w0 < words; w0 += 32) {
+          const int w = w0 + t;
+          const int c = w < words ? __popc(ss->bitmap[w]) : 0;
+          int incl = c;
+#pragma unroll
+          for (int off = 1; off < 32; off <<= 1) {
+            const int n = __shfl_up_sync(0xFFFFFFFFu, incl, off);
+            if (t >= off) incl += n;
+          }
+          if (w < words) ss->word_base[w] = carry + incl - c;
+          carry += __shfl_sync(0xFFFFFFFFu, incl, 31);
+        }
+        if (t == 0) ss->union_count = carry;
+      }
+      sm90::named_sync(1, 128);
+      for (int w = t; w < words; w += 128) {
+        uint32_t bits = ss->bitmap[w];
+        int rank = ss->word_base[w];
+        while (bits != 0) {
+          const int b = __ffs(static_cast<int>(bits)) - 1;
+          bits &= bits - 1;
+          const int64_t blk = static_cast<int64_t>(w) * 32 + b;
+          const int32_t page = p.block_table[tile.req * p.bt_stride_req + blk * p.bt_stride_block];
+          const bool ok = page >= 0 && page < p.num_cache_blocks;
+          if (!ok) raise_error(p.error_flags, kDeviceErrorBlockId);
+          ss->union_block[rank] = static_cast<int32_t>(blk);
+          ss->union_page[rank] = ok ? page : -1;
+          ss->union_mask[rank] = 0;
+          ++rank;
+        }
+      }
+      sm90::named_sync(1, 128);
+      for (int e = t; e < entries; e += 128) {
+        const int tok = e / p.topk_width, col = e % p.topk_width;
+        const int64_t pos = tile.win_pos + tok;
+        if (pos < tile.lo || pos >= tile.hi) continue;
+        const int64_t row = tile.row0 + (pos - tile.start_pos);
+        const int32_t id =
+            p.topk[g * p.tk_stride_head + row * p.tk_stride_row + col * p.tk_stride_col];
+        if (id < 0 || id > own) continue;
+        const uint32_t word = ss->bitmap[id / 32];
+        const int rank = ss->word_base[id / 32] + __popc(word & ((1u << (id % 32)) - 1u));
+        atomicOr(&ss->union_mask[rank], 1u << tok);
+      }
+    } else if (t == 0) {
+      ss->union_count = static_cast<int32_t>(own + 1);
+    }
+  } else {
+    // Q rows of this consumer warpgroup.
+    const int64_t es = 2;
+    load_q_rows(sQ, 64 * (wg - 1), t, [&](int r) -> const uint8_t* {
+      const int64_t pos = tile.win_pos + r / G;
+      if (pos < tile.lo || pos >= tile.hi) return nullptr;
+      const int64_t row = tile.row0 + (pos - tile.start_pos);
+      return static_cast<const uint8_t*>(p.q) +
+             (row * p.q_stride_row + (static_cast<int64_t>(g) * G + r % G) * p.q_stride_head) * es;
+    });
+    sm90::fence_async_shared();
+  }
+  __syncthreads();
+  const int nblocks = __shfl_sync(0xFFFFFFFFu, ss->union_count, 0);
+  const int64_t tail_block = (tile.seq_len - 1) / kAttnKeys;  // the request's last page
+  const int tail_valid = static_cast<int>(tile.seq_len - tail_block * kAttnKeys);
+
+  if (wg == 0) {
+    // ---- Producer ----
+    if constexpr (kE4M3) {
+      sm90::regs_dealloc<56>();
+      for (int u = 0; u < nblocks; ++u) {
+        const int s = u % kAttnStages;
+        if (u >= kAttnStages) sm90::barrier_wait(&ss->empty[s], ((u / kAttnStages) - 1) & 1);
+        int64_t blk = u;
+        int32_t page;
+        if constexpr (kSparse) {
+          blk = ss->union_block[u];
+          page = ss->union_page[u];
+        } else {
+          page = p.block_table[tile.req * p.bt_stride_req + blk * p.bt_stride_block];
+          if (page < 0 || page >= p.num_cache_blocks) {
+            if (t == 0) raise_error(p.error_flags, kDeviceErrorBlockId);
+            page = -1;
+          }
+        }
+        if (page >= 0) {
+          const int valid = blk == tail_block ? tail_valid : kAttnKeys;
+          convert_e4m3_tile(p.k8, p.k_stride, page, g, kAttnKeys, sK + s * kTile16Bytes, t);
+          convert_e4m3_tile(p.v8, p.v_stride, page, g, valid, sV + s * kTile16Bytes, t);
+          sm90::fence_async_shared();
+        }
+        sm90::named_sync(1, 128);
+        if (t == 0) {
+          ss->stage_page[s] = page;
+          sm90::barrier_arrive(&ss->full_k[s]);
+          sm90::barrier_arrive(&ss->full_v[s]);
+        }
+      }
+    } else {
+      sm90::regs_dealloc<32>();
+      if (t < 32) {
+        const int lane = t;
+        uint32_t fix_phase = 0;
+        if (lane == 0) {
+          sm90::tma_prefetch_map(&k_map);
+          sm90::tma_prefetch_map(&v_map);
+        }
+        int32_t page_ahead = 0;  // dense: pages of blocks u0 .. u0 + 31, one per lane
+        for (int u = 0; u < nblocks; ++u) {
+          const int s = u % kAttnStages;
+          int64_t blk = u;
+          int32_t page;
+          if constexpr (kSparse) {
+            blk = ss->union_block[u];
+            page = ss->union_page[u];
+          } else {
+            if (u % 32 == 0) {
+              const int64_t b = u + lane;
+              page_ahead = b < nblocks
+                               ? p.block_table[tile.req * p.bt_stride_req + b * p.bt_stride_block]
+                               : 0;
+            }
+            page = __shfl_sync(0xFFFFFFFFu, page_ahead, u % 32);
+            if (page < 0 || page >= p.num_cache_blocks) {
+              if (lane == 0) raise_error(p.error_flags, kDeviceErrorBlockId);
+              page = -1;
+            }
+          }
+          if (u >= kAttnStages) sm90::barrier_wait(&ss->empty[s], ((u / kAttnStages) - 1) & 1);
+          uint8_t* dk = sK + s * kTile16Bytes;
+          uint8_t* dv = sV + s * kTile16Bytes;
+          if (lane == 0) ss->stage_page[s] = page;
+          __syncwarp();
+          if (page < 0) {
+            if (lane == 0) {
+              sm90::barrier_arrive(&ss->full_k[s]);
+              sm90::barrier_arrive(&ss->full_v[s]);
+            }
+            continue;
+          }
+          if (lane == 0) {
+            sm90::barrier_expect_tx(&ss->full_k[s], kTile16Bytes);
+            sm90::tma_load_4d(&k_map, &ss->full_k[s], dk, 0, 0, g, page);
+            sm90::tma_load_4d(&k_map, &ss->full_k[s], dk + kAttnKeys * 128, 64, 0, g, page);
+          }
+          if (blk != tail_block || tail_valid == kAttnKeys) {
+            if (lane == 0) {
+              sm90::barrier_expect_tx(&ss->full_v[s], kTile16Bytes);
+              sm90::tma_load_4d(&v_map, &ss->full_v[s], dv, 0, 0, g, page);
+              sm90::tma_load_4d(&v_map, &ss->full_v[s], dv + kAttnKeys * 128, 64, 0, g, page);
+            }
+          } else {
+            // The request's last page: V lands on `fix`, its slots past the length are zeroed,
+            // and only then is the stage's V handed to the consumers.
+            if (lane == 0) {
+              sm90::barrier_expect_tx(&ss->fix, kTile16Bytes);
+              sm90::tma_load_4d(&v_map, &ss->fix, dv, 0, 0, g, page);
+              sm90::tma_load_4d(&v_map, &ss->fix, dv + kAttnKeys * 128, 64, 0, g, page);
+            }
+            sm90::barrier_wait(&ss->fix, fix_phase);
+            fix_phase ^= 1;
+            for (int c = lane; c < (kAttnKeys - tail_valid) * 16; c += 32) {
+              const int slot = tail_valid + c / 16, chunk = c % 16;
+              *reinterpret_cast<uint4*>(dv + (chunk / 8) * (kAttnKeys * 128) +
+                                        sm90::swizzled_chunk(static_cast<uint32_t>(slot),
+                                                             chunk % 8)) = make_uint4(0, 0, 0, 0);
+            }
+            sm90::fence_async_shared();
+            __syncwarp();
+            if (lane == 0) sm90::barrier_arrive(&ss->full_v[s]);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- Consumers ----
+  if constexpr (kE4M3) {
+    sm90::regs_alloc<224>();
+  } else {
+    sm90::regs_alloc<240>();
+  }
+  const int cw = wg - 1;  // rows 64 cw .. 64 cw + 63
+  const uint32_t q_addr = sm90::smem_addr(sQ) + static_cast<uint32_t>(cw) * 64u * 128u;
+  const uint32_t k_base = sm90::smem_addr(sK), v_base = sm90::smem_addr(sV);
+  const int r0 = 64 * cw + sm90::acc_row(t, 0), r1 = r0 + 8;
+  const int tok0 = r0 / G, tok1 = r1 / G;
+  const int64_t pos0 = tile.win_pos + tok0, pos1 = tile.win_pos + tok1;
+  const bool row_live0 = pos0 >= tile.lo && pos0 < tile.hi;
+  const bool row_live1 = pos1 >= tile.lo && pos1 < tile.hi;
+  const int own_lim0 =
+      static_cast<int>(min(max(pos0 - own * kAttnKeys, int64_t{-1}), int64_t{127}));
+  const int own_lim1 =
+      static_cast<int>(min(max(pos1 - own * kAttnKeys, int64_t{-1}), int64_t{127}));
+  // Tokens of this warpgroup: 64 / G of them from token 64 cw / G.
+  const uint32_t wg_tokens = ((1u << (64 / G)) - 1u) << (64 * cw / G);
+
+  // Per-layer e4m3 scales: K's multiplies the logits (folded into the exponent's scale), V's
+  // the normalised output.
+  const float scale_log2 = p.k_scale != nullptr ? p.scale_log2 * *p.k_scale : p.scale_log2;
+  const float v_scale = p.v_scale != nullptr ? *p.v_scale : 1.0f;
+  float o[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float s_acc[64];
+
+  for (int u = 0; u < nblocks; ++u) {
+    const int s = u % kAttnStages;
+    const uint32_t phase = (u / kAttnStages) & 1;
+    int64_t blk = u;
+    uint32_t mask = 0xFFFFFFFFu;
+    if constexpr (kSparse) {
+      blk = ss->union_block[u];
+      mask = ss->union_mask[u];
+    }
+    sm90::barrier_wait(&ss->full_k[s], phase);
+    const bool live = (mask & wg_tokens) != 0 && ss->stage_page[s] >= 0;
+    if (live) {
+      const uint32_t kt = k_base + static_cast<uint32_t>(s * kTile16Bytes);
+      sm90::fence_acc(s_acc);
+      sm90::mma_begin();
+#pragma unroll
+      for (int kk = 0; kk < kAttnDim / 16; ++kk) {
+        sm90::mma_ss<kMma, false>(sm90::kmajor16_desc(q_addr, kAttnRows, kk),
+                                  sm90::kmajor16_desc(kt, kAttnKeys, kk), s_acc,
+                                  kk == 0 ? sm90::gmma::ScaleOut::Zero : sm90::gmma::ScaleOut::One);
+      }
+      sm90::mma_commit();
+      sm90::mma_wait<0>();
+      sm90::fence_acc(s_acc);
+      const bool is_own = blk == own;
+      const bool take0 = row_live0 && ((mask >> tok0) & 1u);
+      const bool take1 = row_live1 && ((mask >> tok1) & 1u);
+      const int lim0 = take0 ? (is_own ? own_lim0 : 127) : -1;
+      const int lim1 = take1 ? (is_own ? own_lim1 : 127) : -1;
+      softmax_step(s_acc, o, m, l, t, lim0, lim1, scale_log2);
+      uint32_t pa[8][4];
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          pa[kk][j] = sm90::pack2<kMma>(s_acc[8 * kk + 2 * j], s_acc[8 * kk + 2 * j + 1]);
+      }
+      sm90::barrier_wait(&ss->full_v[s], phase);
+      const uint32_t vt = v_base + static_cast<uint32_t>(s * kTile16Bytes);
+      sm90::fence_acc(o);
+      sm90::mma_begin();
+#pragma unroll
+      for (int kk = 0; kk < kAttnKeys / 16; ++kk) {
+        sm90::mma_rs<kMma>(pa[kk], sm90::mnmajor16_desc(vt, kAttnKeys, kk), o);
+      }
+      sm90::mma_commit();
+      sm90::mma_wait<0>();
+      sm90::fence_acc(o);
+    } else {
+      sm90::barrier_wait(&ss->full_v[s], phase);
+    }
+    sm90::barrier_arrive(&ss->empty[s]);
+  }
+
+  // ---- Epilogue: O / l (times the V scale), LSE, -0 as +0 ----
+  float inv[2], lse_v[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 2);
+    inv[h] = l[h] > 0.0f ? v_scale / l[h] : 0.0f;
+    lse_v[h] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : -INFINITY;
+  }
+  const int64_t row_i[2] = {tile.row0 + (pos0 - tile.start_pos),
+                            tile.row0 + (pos1 - tile.start_pos)};
+  const int64_t head[2] = {static_cast<int64_t>(g) * G + r0 % G,
+                           static_cast<int64_t>(g) * G + r1 % G};
+  const bool row_ok[2] = {row_live0, row_live1};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (!row_ok[h]) continue;
+    const int64_t off = row_i[h] * p.out_stride_row + head[h] * p.out_stride_head;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const float x0 = o[4 * j + 2 * h] * inv[h] + 0.0f;
+      const float x1 = o[4 * j + 2 * h + 1] * inv[h] + 0.0f;
+      const int64_t col = 8 * j + 2 * (t & 3);
+      switch (p.out_dtype) {
+        case DType::kBF16:
+          *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.out) + off + col) =
+              sm90::pack2<sm90::Mma16::kBF16>(x0, x1);
+          break;
+        case DType::kF16:
+          *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.out) + off + col) =
+              sm90::pack2<sm90::Mma16::kF16>(x0, x1);
+          break;
+        default:
+          *reinterpret_cast<float2*>(static_cast<float*>(p.out) + off + col) = make_float2(x0, x1);
+          break;
+      }
+    }
+    if (p.lse != nullptr && (t & 3) == 0)
+      p.lse[row_i[h] * p.lse_stride_row + head[h] * p.lse_stride_head] = lse_v[h];
+  }
+}
+
+// Rows no tile writes (padding, requests whose metadata failed validation): output 0, LSE -inf.
+// Grid-stride over rows; one warp per (row, q head).
+__global__ void __launch_bounds__(256)
+    prefill_empty_rows_kernel(RowMap rows, const int32_t* tile_offsets, int32_t num_q_heads,
+                              void* out, DType out_dtype, int64_t out_stride_row,
+                              int64_t out_stride_head, float* lse, int64_t lse_stride_row,
+                              int64_t lse_stride_head) {
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t items = rows.num_rows * num_q_heads;
+  for (int64_t it = static_cast<int64_t>(blockIdx.x) * 8 + warp; it < items;
+       it += static_cast<int64_t>(gridDim.x) * 8) {
+    const int64_t row = it / num_q_heads, h = it % num_q_heads;
+    if (row_is_tiled(rows, tile_offsets, row)) continue;
+    const int64_t off = row * out_stride_row + h * out_stride_head;
+    for (int d = lane; d < kAttnDim; d += 32) store_from_float(out, out_dtype, off + d, 0.0f);
+    if (lse != nullptr && lane == 0) lse[row * lse_stride_row + h * lse_stride_head] = -INFINITY;
+  }
+}
+
+}  // namespace prefill
+}  // namespace cuda
+}  // namespace msa

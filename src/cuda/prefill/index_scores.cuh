@@ -1,0 +1,302 @@
+// Prefill index scores on Hopper tensor cores: for each query row (token x index head) and each
+// scored block of its request, the block maximum of spec A2 (max over the block's visible keys of
+// <index_q, index_k>, fp32, NaN -> -1e30), written to the [H, T, max_blocks] buffer that the
+// select kernel ranks. The T x S score matrix itself never leaves the registers.
+//
+// One CTA = one query tile (128 rows: 128 / H consecutive tokens of one request, aligned so that
+// they share their own block; prefill/tiles.cuh) x one chunk of up to `pages_per_cta` blocks.
+// Three warpgroups: warpgroup 0 issues the bulk tensor copies of the blocks' keys (one 128 x 128
+// tile per block, page ids from the index block table) into a ring of kStages buffers; warpgroups
+// 1 and 2 own rows 0-63 and 64-127, hold their queries in shared memory, and for each block run
+// the 64 x 128 x 128 product (wgmma, bf16 or e4m3 operands, fp32 accumulation) into one of two
+// accumulator sets, so the product of block i + 1 runs on the tensor cores while the block maxima
+// of block i are reduced (a max over each thread's 32 values of a row, then over the row's four
+// threads) and stored.
+//
+// Blocks a row's top-k takes whatever their score (init blocks below init_blocks, and the own
+// block and those before it within local_blocks) are not scored: the select kernel ranks them by
+// tier alone. Every other block of the tile's visible range is scored for every live row, so the
+// select kernel reads only written entries. A page id outside the cache raises
+// kDeviceErrorBlockId and the block scores -inf for the tile's rows.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common.cuh"
+#include "cuda/prefill/tiles.cuh"
+#include "cuda/row_map.cuh"
+#include "cuda/sm90/hopper.cuh"
+
+namespace msa {
+namespace cuda {
+namespace prefill {
+
+constexpr int kIndexRows = 128;  // rows per tile
+constexpr int kIndexDim = 128;   // index head dim
+constexpr int kIndexKeys = 128;  // keys per block
+constexpr int kIndexThreads = 384;
+
+template <bool kFp8>
+struct IndexScoreConfig {
+  static constexpr int kElemBytes = kFp8 ? 1 : 2;
+  static constexpr int kTileBytes = kIndexKeys * kIndexDim * kElemBytes;  // one block's keys
+  static constexpr int kQBytes = kIndexRows * kIndexDim * kElemBytes;
+  static constexpr int kStages = kFp8 ? 8 : 4;
+  static constexpr int kMaxPages = 64;  // pages_per_cta upper bound
+  static constexpr int kSmemBytes =
+      kQBytes + kStages * kTileBytes + 1024 /* barriers, pages */ + 1024 /* alignment slack */;
+};
+
+struct IndexScoreParams {
+  RowMap rows;
+  const int32_t* tile_offsets;  // the plan's offsets [num_requests + 2]
+  const void* index_q;          // [T, H, 128], 16-byte aligned rows
+  int64_t q_stride_row, q_stride_head;
+  const int32_t* block_table;  // [num_requests, max_blocks] index-cache pages
+  int64_t bt_stride_req, bt_stride_block;
+  int64_t num_cache_blocks;
+  float* scores;  // [H, T, max_blocks]
+  int32_t num_heads;
+  int32_t tile_tokens;  // 128 / H
+  int32_t pages_per_cta;
+  int32_t init_blocks, local_blocks;
+  int32_t* error_flags;
+};
+
+struct IndexSmem {
+  uint64_t full[8];
+  uint64_t empty[8];
+  int32_t pages[64];
+};
+
+// A store under a predicate (no branch around it).
+__device__ __forceinline__ void st_global_if(float* p, float v, bool pred) {
+  asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %2, 0;\n@q st.global.f32 [%0], %1;\n}" ::"l"(p),
+               "f"(v), "r"(static_cast<int>(pred))
+               : "memory");
+}
+
+// Block maxima of one accumulator set: rows r0 = acc_row(t, 0) and r0 + 8 of the warpgroup's 64.
+// Columns above lim0 (lim1) are not visible to row r0 (r0 + 8): the own block's keys past the
+// row's position (127 elsewhere). Branch-free, so that no divergent path separates the next
+// block's MMAs from their wait (ptxas would serialise them).
+__device__ __forceinline__ void block_max_rows(const float (&acc)[64], int t, int lim0, int lim1,
+                                               float& m0, float& m1) {
+  m0 = -INFINITY;
+  m1 = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    float v = acc[i];
+    v = isnan(v) ? -1e30f : v;  // spec A12
+    const int col = sm90::acc_col(t, i);
+    if ((i & 2) == 0) {
+      m0 = col <= lim0 ? fmaxf(m0, v) : m0;
+    } else {
+      m1 = col <= lim1 ? fmaxf(m1, v) : m1;
+    }
+  }
+  m0 = fmaxf(m0, __shfl_xor_sync(0xFFFFFFFFu, m0, 1));
+  m0 = fmaxf(m0, __shfl_xor_sync(0xFFFFFFFFu, m0, 2));
+  m1 = fmaxf(m1, __shfl_xor_sync(0xFFFFFFFFu, m1, 1));
+  m1 = fmaxf(m1, __shfl_xor_sync(0xFFFFFFFFu, m1, 2));
+}
+
+template <bool kFp8>
+__device__ __forceinline__ void issue_block_mma(uint32_t q_addr, uint32_t k_addr,
+                                                float (&acc)[64]) {
+  sm90::mma_begin();
+  if constexpr (kFp8) {
+#pragma unroll
+    for (int kk = 0; kk < kIndexDim / 32; ++kk) {
+      sm90::mma_e4m3(sm90::kmajor8_desc(q_addr, kk), sm90::kmajor8_desc(k_addr, kk), acc,
+                     kk == 0 ? sm90::gmma::ScaleOut::Zero : sm90::gmma::ScaleOut::One);
+    }
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < kIndexDim / 16; ++kk) {
+      sm90::mma_ss<sm90::Mma16::kBF16, false>(
+          sm90::kmajor16_desc(q_addr, kIndexRows, kk), sm90::kmajor16_desc(k_addr, kIndexKeys, kk),
+          acc, kk == 0 ? sm90::gmma::ScaleOut::Zero : sm90::gmma::ScaleOut::One);
+    }
+  }
+  sm90::mma_commit();
+}
+
+template <bool kFp8>
+__global__ void __launch_bounds__(kIndexThreads, 1)
+    index_scores_sm90_kernel(const __grid_constant__ CUtensorMap key_map,
+                             const IndexScoreParams p) {
+  using Cfg = IndexScoreConfig<kFp8>;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* smem =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint8_t* sQ = smem;
+  uint8_t* sK = smem + Cfg::kQBytes;
+  auto* ss = reinterpret_cast<IndexSmem*>(sK + Cfg::kStages * Cfg::kTileBytes);
+
+  const int32_t nreq = p.rows.num_requests;
+  const int32_t total = p.tile_offsets[nreq];
+  const int32_t tile_index = total - 1 - static_cast<int32_t>(blockIdx.x);
+  if (tile_index < 0) return;
+  const Tile tile = find_tile(p.rows, p.tile_offsets, tile_index, p.tile_tokens);
+  const int64_t bs = kIndexKeys;
+  const int64_t own = (tile.hi - 1) / bs;
+  const int64_t b_begin =
+      max(static_cast<int64_t>(blockIdx.y) * p.pages_per_cta, static_cast<int64_t>(p.init_blocks));
+  const int64_t b_end =
+      min(static_cast<int64_t>(blockIdx.y + 1) * p.pages_per_cta, own + 1 - p.local_blocks);
+  if (b_begin >= b_end) return;
+  // Loop bounds as warp-uniform values (a broadcast), so ptxas sees the consumers' loop branches
+  // as uniform and keeps MMAs in flight across them.
+  const int npages = __shfl_sync(0xFFFFFFFFu, static_cast<int>(b_end - b_begin), 0);
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  if (tid == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      sm90::barrier_init(&ss->full[s], 1);
+      sm90::barrier_init(&ss->empty[s], 256);  // every consumer thread arrives
+    }
+    sm90::barrier_init_fence();
+  }
+  if (wg == 0) {
+    for (int i = tid; i < npages; i += 128) {
+      const int32_t page =
+          p.block_table[tile.req * p.bt_stride_req + (b_begin + i) * p.bt_stride_block];
+      const bool ok = page >= 0 && page < p.num_cache_blocks;
+      if (!ok) raise_error(p.error_flags, kDeviceErrorBlockId);
+      ss->pages[i] = ok ? page : -1;
+    }
+  } else {
+    // Queries of this warpgroup's 64 rows into the swizzled tile (zeros for rows outside the
+    // tile's tokens).
+    const int t = tid - 128 * wg;
+    const int H = p.num_heads;
+    constexpr int kChunks = kIndexDim * Cfg::kElemBytes / 16;  // 16-byte chunks per row
+    for (int c = t; c < 64 * kChunks; c += 128) {
+      const int r = 64 * (wg - 1) + c / kChunks, chunk = c % kChunks;
+      const int64_t pos = tile.win_pos + r / H;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (pos >= tile.lo && pos < tile.hi) {
+        const int64_t row = tile.row0 + (pos - tile.start_pos);
+        const auto* src = static_cast<const uint8_t*>(p.index_q) +
+                          (row * p.q_stride_row + (r % H) * p.q_stride_head) * Cfg::kElemBytes;
+        v = ld_raw_v4(src + chunk * 16);
+      }
+      const int panel = chunk / 8;
+      *reinterpret_cast<uint4*>(sQ + panel * (kIndexRows * 128) +
+                                sm90::swizzled_chunk(static_cast<uint32_t>(r), chunk % 8)) = v;
+    }
+    sm90::fence_async_shared();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    sm90::regs_dealloc<40>();
+    if (tid == 0) {
+      sm90::tma_prefetch_map(&key_map);
+      for (int i = 0; i < npages; ++i) {
+        const int s = i % Cfg::kStages;
+        if (i >= Cfg::kStages) sm90::barrier_wait(&ss->empty[s], ((i / Cfg::kStages) - 1) & 1);
+        const int32_t page = ss->pages[i];
+        if (page < 0) {
+          sm90::barrier_arrive(&ss->full[s]);
+          continue;
+        }
+        sm90::barrier_expect_tx(&ss->full[s], Cfg::kTileBytes);
+        uint8_t* dst = sK + s * Cfg::kTileBytes;
+        if constexpr (kFp8) {
+          sm90::tma_load_3d(&key_map, &ss->full[s], dst, 0, 0, page);
+        } else {
+          sm90::tma_load_3d(&key_map, &ss->full[s], dst, 0, 0, page);
+          sm90::tma_load_3d(&key_map, &ss->full[s], dst + kIndexKeys * 128, 64, 0, page);
+        }
+      }
+    }
+    return;
+  }
+
+  sm90::regs_alloc<232>();
+  const int t = tid - 128 * wg;
+  const int H = p.num_heads;
+  const uint32_t q_addr = sm90::smem_addr(sQ) + static_cast<uint32_t>(wg - 1) * 64u * 128u;
+  const uint32_t k_base = sm90::smem_addr(sK);
+  // This thread's two rows: their positions, validity and score addresses.
+  const int r0 = 64 * (wg - 1) + sm90::acc_row(t, 0), r1 = r0 + 8;
+  const int64_t pos0 = tile.win_pos + r0 / H, pos1 = tile.win_pos + r1 / H;
+  const bool live0 = pos0 >= tile.lo && pos0 < tile.hi;
+  const bool live1 = pos1 >= tile.lo && pos1 < tile.hi;
+  const int64_t T = p.rows.num_rows, MB = p.rows.max_blocks;
+  float* out0 =
+      p.scores + (static_cast<int64_t>(r0 % H) * T + tile.row0 + (pos0 - tile.start_pos)) * MB;
+  float* out1 =
+      p.scores + (static_cast<int64_t>(r1 % H) * T + tile.row0 + (pos1 - tile.start_pos)) * MB;
+  const bool writer = (t & 3) == 0;
+
+  float acc0[64], acc1[64];
+  auto wait_full = [&](int i) {
+    sm90::barrier_wait(&ss->full[i % Cfg::kStages], (i / Cfg::kStages) & 1);
+  };
+  auto release = [&](int i) { sm90::barrier_arrive(&ss->empty[i % Cfg::kStages]); };
+  // The own block (scored only when local_blocks is 0) drops each row's keys past its position.
+  const int own_lim0 = static_cast<int>(min(max(pos0 - own * bs, int64_t{-1}), int64_t{127}));
+  const int own_lim1 = static_cast<int>(min(max(pos1 - own * bs, int64_t{-1}), int64_t{127}));
+  auto epilogue = [&](const float(&acc)[64], int i) {
+    const int64_t b = b_begin + i;
+    const bool is_own = b == own;
+    float m0, m1;
+    block_max_rows(acc, t, is_own ? own_lim0 : 127, is_own ? own_lim1 : 127, m0, m1);
+    const bool bad = ss->pages[i] < 0;
+    st_global_if(out0 + b, bad ? -INFINITY : m0, writer && live0);
+    st_global_if(out1 + b, bad ? -INFINITY : m1, writer && live1);
+  };
+  // The accumulators are fenced before their MMAs and after the wait that completes them (a
+  // fence is a use: one right after the commit would make the compiler wait for the MMAs).
+  auto issue = [&](float(&acc)[64], int i) {
+    sm90::fence_acc(acc);
+    issue_block_mma<kFp8>(
+        q_addr, k_base + static_cast<uint32_t>((i % Cfg::kStages) * Cfg::kTileBytes), acc);
+  };
+
+  // Two blocks per iteration, accumulators alternating: block i + 1's MMAs run while block i's
+  // maxima are reduced. The steady loop issues unconditionally; the tail takes the last one or
+  // two blocks.
+  wait_full(0);
+  issue(acc0, 0);
+  int i = 0;
+  for (; i + 2 < npages; i += 2) {
+    wait_full(i + 1);
+    issue(acc1, i + 1);
+    sm90::mma_wait<1>();
+    sm90::fence_acc(acc0);
+    release(i);
+    epilogue(acc0, i);
+    wait_full(i + 2);
+    issue(acc0, i + 2);
+    sm90::mma_wait<1>();
+    sm90::fence_acc(acc1);
+    release(i + 1);
+    epilogue(acc1, i + 1);
+  }
+  if (i + 1 < npages) {
+    wait_full(i + 1);
+    issue(acc1, i + 1);
+    sm90::mma_wait<1>();
+    sm90::fence_acc(acc0);
+    release(i);
+    epilogue(acc0, i);
+    sm90::mma_wait<0>();
+    sm90::fence_acc(acc1);
+    release(i + 1);
+    epilogue(acc1, i + 1);
+  } else {
+    sm90::mma_wait<0>();
+    sm90::fence_acc(acc0);
+    release(i);
+    epilogue(acc0, i);
+  }
+}
+
+}  // namespace prefill
+}  // namespace cuda
+}  // namespace msa

@@ -1,0 +1,57 @@
+// Host entry points of the tensor-core prefill kernels (sm_90a), called by the op launchers in
+// src/cuda/{index_topk,sparse_attention,dense_attention}.cu when the call's shapes suit them
+// (the *_supported functions, pure functions of shapes, dtypes, strides and the device).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/index_topk_problem.h"
+#include "msa/attention.h"
+#include "msa/types.h"
+
+namespace msa {
+namespace cuda {
+namespace prefill {
+
+// Whether the current device runs sm_90a code (compute capability 9.0).
+bool device_is_sm90();
+
+// ---- Index scores ----
+
+// Whether the tensor-core scorer serves this prefill problem: index head dim and block size 128,
+// index_q and keys both bf16 or both e4m3, H_idx dividing 32, 16-byte aligned query rows, a
+// cache TMA can read, and on average at least kIndexMinRowsPerRequest rows per request (a tile
+// computes 128 rows; shorter requests waste most of it).
+constexpr int64_t kIndexMinRowsPerRequest = 32;
+bool index_scores_supported(const detail::IndexTopkProblem& pb);
+// Workspace of the scorer beside the block-maxima buffer (its tile plan).
+size_t index_scores_plan_bytes(const detail::IndexTopkProblem& pb);
+// Writes the block maxima of every live prefill row into scores ([H, T, max_blocks]); `plan` is
+// index_scores_plan_bytes of workspace. The scorer's last kernel allows a dependent launch.
+Status run_index_scores(const detail::IndexTopkProblem& pb, float* scores, void* plan,
+                        Stream stream);
+
+// ---- Attention (dense causal and sparse) ----
+
+struct AttentionProblem {
+  bool sparse = false;
+  float softmax_scale = 0.0f;
+  TensorView q;
+  KvCacheView kv;
+  TensorView block_table, cu_seqlens_q, seq_lens, topk, out, lse, error_flags;
+};
+
+// Whether the tensor-core attention serves this problem: head dim and block size 128, 8 or 16 q
+// heads per KV head, q bf16 with a bf16 or e4m3 cache (scale none or per layer) or q f16 with an
+// f16 cache, out q's dtype or f32, TMA-readable 16-bit caches and 16-byte aligned q rows, top-k
+// width * tokens per tile <= 256 (sparse), and on average at least kAttnMinRowsPerRequest rows per
+// request (decode-like batches keep the split-KV kernels).
+constexpr int64_t kAttnMinRowsPerRequest = 8;
+bool attention_supported(const AttentionProblem& pb);
+size_t attention_workspace_bytes(const AttentionProblem& pb);
+Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream stream);
+
+}  // namespace prefill
+}  // namespace cuda
+}  // namespace msa
