@@ -1,9 +1,10 @@
 # CUTLASS/CuTe headers for the Hopper tensor-core kernels (header-only; the nvidia-cutlass wheel
-# ships them under cutlass_library/source/include). Looked up in MSA_CUTLASS_DIR, then
-# .deps/cutlass-include (scripts/install_deps.sh --cuda puts a copy there), then the Python
+# ships them under cutlass_library/source/include). Looked up in MSA_CUTLASS_DIR (the cache
+# variable, else the environment variable), then .deps/cutlass-include (scripts/install_deps.sh --cuda puts a copy there), then the Python
 # package of the interpreter on PATH.
 set(MSA_CUTLASS_DIR "" CACHE PATH "Directory holding cute/ and cutlass/ (CUTLASS include dir)")
-set(_msa_cutlass_hints ${MSA_CUTLASS_DIR} ${CMAKE_CURRENT_SOURCE_DIR}/.deps/cutlass-include)
+set(_msa_cutlass_hints ${MSA_CUTLASS_DIR} $ENV{MSA_CUTLASS_DIR}
+    ${CMAKE_CURRENT_SOURCE_DIR}/.deps/cutlass-include)
 find_package(Python3 COMPONENTS Interpreter QUIET)
 if(Python3_Interpreter_FOUND)
   execute_process(

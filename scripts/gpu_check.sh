@@ -3,8 +3,12 @@
 # memcheck and racecheck on a reduced case set, check the machine code is sm_90a, optionally the
 # benchmarks and the Python tests, and print a short summary table last.
 #
-#   scripts/gpu_check.sh [stage ...]     stages: build test sanitize sass python engine pack
-#                                        (default: build test sanitize sass)
+#   scripts/gpu_check.sh [stage ...]     stages: build test sanitize sass python engine prefill
+#                                        pack (default: build test sanitize sass)
+#
+# prefill: bench/prefill_bench.py (after python, which installs the extension) with
+# PREFILL_ARGS; its table is the summary's last block. TEST_FILTER narrows the test stage
+# (a --gtest_filter pattern; default all).
 #
 # pack (last): the summary goes to $OUT/summary.txt and every other file under $OUT into
 # $OUT/logs.tgz, for transports that bring back only a few files (give OUT a folder of its own).
@@ -42,7 +46,7 @@ echo "${MSA_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" >"$OUT/c
 
 if has_stage build; then
   gtest_flag=()
-  [ -f /usr/include/gtest/gtest.h ] || gtest_flag=(-DMSA_GTEST_SOURCE_DIR="$PWD/.gtest")
+  [ -f /usr/include/gtest/gtest.h ] || gtest_flag=(-DMSA_GTEST_SOURCE_DIR="${GTEST_DIR:-$PWD/.gtest}")
   start=$(date +%s)
   if cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMSA_WITH_CUDA=ON \
       -DMSA_WARNINGS_AS_ERRORS=OFF "${gtest_flag[@]}" >"$OUT/build.log" 2>&1 &&
@@ -57,7 +61,7 @@ fi
 TEST_BIN="$BUILD_DIR/tests/msa_tests_cuda"
 if has_stage test && [ -x "$TEST_BIN" ]; then
   timeout -k 10 "$STAGE_TIMEOUT" "$TEST_BIN" --gtest_output=xml:"$OUT/cuda_tests.xml" \
-    >"$OUT/cuda_tests.log" 2>&1
+    --gtest_filter="${TEST_FILTER:-*}" >"$OUT/cuda_tests.log" 2>&1
   rc=$?
   line=$(grep -E '^\[  (PASSED|FAILED) ' "$OUT/cuda_tests.log" | tr '\n' ' ')
   skipped=$(grep -cE '^\[  SKIPPED \]' "$OUT/cuda_tests.log")
@@ -139,11 +143,24 @@ if has_stage engine && [ -x "$BUILD_DIR/tools/msa" ]; then
     record engine ok "engine_tp4.txt" || record engine FAIL "see engine_tp4.txt"
 fi
 
+if has_stage prefill; then
+  start=$(date +%s)
+  timeout -k 10 "${PREFILL_TIMEOUT:-420}" python3 bench/prefill_bench.py --out "$OUT/prefill" \
+    ${PREFILL_ARGS:-} >"$OUT/prefill_bench.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && record prefill ok "$(( $(date +%s) - start )) s, checks ok" ||
+    record prefill FAIL "rc=$rc, see prefill_bench.log"
+fi
+
 print_summary() {
   echo
   echo "== gpu_check summary ($(cat "$OUT/commit.txt" 2>/dev/null | cut -c1-12)) =="
   head -2 "$OUT/gpu.txt" | tail -1
   for row in "${SUMMARY[@]}"; do echo "$row"; done
+  if [ -f "$OUT/prefill/prefill.md" ]; then
+    echo
+    tail -n +5 "$OUT/prefill/prefill.md"
+  fi
 }
 print_summary
 

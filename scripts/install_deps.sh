@@ -1,6 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the build and tests need, when any is missing.
+#   --cuda   also the CUTLASS/CuTe headers of the CUDA backend's tensor-core kernels: the pinned
+#            nvidia-cutlass wheel from PyPI, unpacked into .deps/cutlass-include (where
+#            cmake/cutlass.cmake looks first), when that folder is missing.
 set -euo pipefail
+CUTLASS_VERSION=4.2.0.0
+want_cuda=0
+for arg in "$@"; do
+  case "$arg" in
+    --cuda) want_cuda=1 ;;
+    *) echo "install_deps.sh: unknown argument $arg" >&2; exit 2 ;;
+  esac
+done
 need=()
 command -v cmake >/dev/null || need+=(cmake)
 command -v ninja >/dev/null || need+=(ninja-build)
@@ -13,4 +24,30 @@ if [ "${#need[@]}" -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
+fi
+
+if [ "$want_cuda" = 1 ] && [ ! -f "$(dirname "$0")/../.deps/cutlass-include/cute/tensor.hpp" ]; then
+  deps="$(cd "$(dirname "$0")/.." && pwd)/.deps"
+  tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps --only-binary=:all: -d "$tmp" \
+    "nvidia-cutlass==$CUTLASS_VERSION"
+  python3 - "$tmp" "$deps" <<'PY'
+import glob, os, shutil, sys, zipfile
+tmp, deps = sys.argv[1], sys.argv[2]
+wheel = glob.glob(os.path.join(tmp, "nvidia_cutlass-*.whl"))[0]
+prefix = "cutlass_library/source/include/"
+out = os.path.join(deps, "cutlass-include")
+staging = out + ".partial"
+shutil.rmtree(staging, ignore_errors=True)
+with zipfile.ZipFile(wheel) as z:
+    for name in z.namelist():
+        if name.startswith(prefix) and not name.endswith("/"):
+            dst = os.path.join(staging, name[len(prefix):])
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            with z.open(name) as src, open(dst, "wb") as f:
+                shutil.copyfileobj(src, f)
+os.replace(staging, out)
+PY
+  rm -rf "$tmp"
+  echo "install_deps.sh: CUTLASS $CUTLASS_VERSION headers in $deps/cutlass-include"
 fi

@@ -464,7 +464,7 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
   sel.out_stride_col = pb.topk_out.strides[2];
   sel.out_cols = pb.topk_out.shape[2];
 
-  if (prefill::index_scores_supported(pb)) {
+  if (pb.num_requests() > 0 && prefill::index_scores_supported(pb)) {
     MSA_RETURN_IF_ERROR(prefill::run_index_scores(
         pb, scores, static_cast<char*>(workspace.data) + scores_bytes(pb), stream));
     return launch_select(pb, sel, /*after_scores=*/true, cuda_stream);

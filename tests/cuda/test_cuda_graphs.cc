@@ -447,8 +447,19 @@ void load_prefill_variant(attn::Batch& b, int v) {
   b.lse.poison_device();
 }
 
-void check_prefill_form(attn::Form form) {
-  std::unique_ptr<attn::Batch> b = attn::make_batch(prefill_spec(form), test_device());
+// The same on shapes the tensor-core prefill kernels take (at least 8 rows per request, tiles
+// that start and end mid-window), with NaN in the slots past the lengths.
+attn::BatchSpec tensor_core_prefill_spec(attn::Form form) {
+  attn::BatchSpec s = prefill_spec(form);
+  s.seq_lens = {700, 300 + 130, 1500, 64};
+  s.query_lens = {300, 130, 200, 64};
+  s.nan_past_len = true;
+  return s;
+}
+
+void check_prefill_form(const attn::BatchSpec& spec) {
+  const attn::Form form = spec.form;
+  std::unique_ptr<attn::Batch> b = attn::make_batch(spec, test_device());
   GraphCase c;
   c.variants = 3;
   c.load = [&](int v) { load_prefill_variant(*b, v); };
@@ -469,12 +480,22 @@ void check_prefill_form(attn::Form form) {
 
 TEST(CudaGraphs, SparseAttentionPrefill) {
   MSA_REQUIRE_TEST_DEVICE();
-  check_prefill_form(attn::Form::kPrefill);
+  check_prefill_form(prefill_spec(attn::Form::kPrefill));
 }
 
 TEST(CudaGraphs, DenseAttention) {
   MSA_REQUIRE_TEST_DEVICE();
-  check_prefill_form(attn::Form::kDense);
+  check_prefill_form(prefill_spec(attn::Form::kDense));
+}
+
+TEST(CudaGraphs, SparseAttentionPrefillTensorCore) {
+  MSA_REQUIRE_TEST_DEVICE();
+  check_prefill_form(tensor_core_prefill_spec(attn::Form::kPrefill));
+}
+
+TEST(CudaGraphs, DenseAttentionPrefillTensorCore) {
+  MSA_REQUIRE_TEST_DEVICE();
+  check_prefill_form(tensor_core_prefill_spec(attn::Form::kDense));
 }
 
 // Indexer inputs: index_q [rows, heads, 128] and a bf16 index cache behind a block table whose

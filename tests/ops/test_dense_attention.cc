@@ -102,6 +102,48 @@ std::vector<NamedSpec> dense_specs() {
     s.seed = 7;
     v.push_back({"NanPastLengthE4m3PerToken", s});
   }
+  // Shapes the CUDA backend runs on tensor cores (see test_sparse_attention.cc).
+  {
+    BatchSpec s;
+    s.seq_lens = {700, 1500 + 150, 129};
+    s.query_lens = {300, 150, 129};
+    s.padding_rows = 3;
+    s.nan_past_len = true;
+    s.seed = 41;
+    v.push_back({"TensorCoreBf16PackedNanPastLength", s});
+  }
+  {
+    BatchSpec s;
+    s.seq_lens = {500, 133 + 600};
+    s.query_lens = {200, 133};
+    s.layout = Layout::kSplitHnd;
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerLayer;
+    s.out_dtype = DType::kBF16;
+    s.nan_past_len = true;
+    s.seed = 42;
+    v.push_back({"TensorCoreE4m3PerLayerHnd", s});
+  }
+  {
+    BatchSpec s;  // TP8 heads, f16
+    s.num_q_heads = 8;
+    s.seq_lens = {600, 260};
+    s.query_lens = {200, 100};
+    s.layout = Layout::kSplitNhd;
+    s.cache_dtype = DType::kF16;
+    s.q_dtype = DType::kF16;
+    s.seed = 43;
+    v.push_back({"TensorCoreTp8F16Nhd", s});
+  }
+  {
+    BatchSpec s;  // TP2 heads
+    s.num_q_heads = 32;
+    s.num_kv_heads = 2;
+    s.seq_lens = {500, 300};
+    s.query_lens = {100, 300};
+    s.seed = 44;
+    v.push_back({"TensorCoreTp2", s});
+  }
   return v;
 }
 

@@ -417,6 +417,53 @@ INSTANTIATE_TEST_SUITE_P(Cases, IndexTopkPrefillSweep,
                                            SweepCase{DType::kE4M3, DType::kBF16, 1, 0, false}),
                          sweep_name);
 
+// Prefill shapes the CUDA backend scores on tensor cores (index head dim 128, block 128, both
+// operands bf16 or both e4m3, at least 32 rows per request on average): 128-row query tiles that
+// start mid-window (prefixes not multiples of the tile), several heads folded into the rows, the
+// own block scored (local_blocks 0) or forced with more local and init blocks, a bad page.
+struct TensorCoreCase {
+  DType dtype;
+  int64_t heads;
+  int local_blocks, init_blocks;
+  bool exact;
+};
+
+class IndexTopkPrefillTensorCore : public ::testing::TestWithParam<TensorCoreCase> {};
+
+TEST_P(IndexTopkPrefillTensorCore, MatchesOracle) {
+  MSA_REQUIRE_TEST_DEVICE();
+  const TensorCoreCase& c = GetParam();
+  BatchSpec s;
+  s.q_dtype = s.k_dtype = c.dtype;
+  s.heads = c.heads;
+  s.head_dim = 128;
+  s.query_len = 0;
+  s.exact = c.exact;
+  s.params.local_blocks = c.local_blocks;
+  s.params.init_blocks = c.init_blocks;
+  s.seq_lens = {700, 3000 + 450, 129, 2500};
+  s.q_lens = {700, 450, 129, 0};
+  s.pad_rows = 5;
+  s.seed = 300 + static_cast<uint64_t>(c.heads * 10 + c.local_blocks);
+  run_and_check(s);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, IndexTopkPrefillTensorCore,
+    ::testing::Values(TensorCoreCase{DType::kBF16, 1, 1, 0, true},
+                      TensorCoreCase{DType::kBF16, 1, 1, 0, false},
+                      TensorCoreCase{DType::kE4M3, 1, 1, 0, true},
+                      TensorCoreCase{DType::kE4M3, 1, 1, 0, false},
+                      TensorCoreCase{DType::kBF16, 4, 0, 0, true},
+                      TensorCoreCase{DType::kE4M3, 2, 2, 1, true},
+                      TensorCoreCase{DType::kBF16, 2, 0, 2, false}),
+    [](const ::testing::TestParamInfo<TensorCoreCase>& i) {
+      const TensorCoreCase& c = i.param;
+      return std::string(dtype_name(c.dtype)) + "_H" + std::to_string(c.heads) + "_local" +
+             std::to_string(c.local_blocks) + "_init" + std::to_string(c.init_blocks) +
+             (c.exact ? "_exact" : "_random");
+    });
+
 // ---- Focused cases ----
 
 TEST(IndexTopk, LongContextDecode) {

@@ -330,6 +330,62 @@ std::vector<NamedSpec> prefill_specs() {
     s.seed = 15;
     v.push_back({"FewRowsLongPrefixes", s});
   }
+  // Shapes the CUDA backend runs on tensor cores (head dim and block 128, 8 or 16 q heads per
+  // KV head, at least 8 rows per request on average; 16-bit caches or e4m3 with per-layer
+  // scales): tiles that start and end mid-window, NaN past the lengths, every layout.
+  {
+    BatchSpec s;
+    s.seq_lens = {1500, 700, 4096 + 250, 129};
+    s.query_lens = {600, 700, 250, 129};
+    s.padding_rows = 4;
+    s.nan_past_len = true;
+    s.seed = 31;
+    v.push_back({"TensorCoreBf16PackedNanPastLength", s});
+  }
+  {
+    BatchSpec s;
+    s.seq_lens = {900, 333 + 1000};
+    s.query_lens = {400, 333};
+    s.layout = Layout::kSplitNhd;
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerLayer;
+    s.out_dtype = DType::kBF16;
+    s.nan_past_len = true;
+    s.seed = 32;
+    v.push_back({"TensorCoreE4m3PerLayerNhd", s});
+  }
+  {
+    BatchSpec s;
+    s.seq_lens = {1200, 77};
+    s.query_lens = {300, 77};
+    s.layout = Layout::kSplitHnd;
+    s.cache_dtype = DType::kF16;
+    s.q_dtype = DType::kF16;
+    s.out_dtype = DType::kF16;
+    s.softmax_scale = 0.05f;
+    s.seed = 33;
+    v.push_back({"TensorCoreF16Hnd", s});
+  }
+  {
+    BatchSpec s;  // TP8 (8 q heads per KV head: 16-token tiles), no forced own block
+    s.num_q_heads = 8;
+    s.seq_lens = {2000, 500};
+    s.query_lens = {300, 100};
+    s.own_block = false;
+    s.seed = 34;
+    v.push_back({"TensorCoreTp8NoOwnBlock", s});
+  }
+  {
+    BatchSpec s;  // TP2 (two KV heads), top-k width 8, shared pages
+    s.num_q_heads = 32;
+    s.num_kv_heads = 2;
+    s.seq_lens = {1100, 640};
+    s.query_lens = {200, 640};
+    s.topk_width = 8;
+    s.shared_pages = true;
+    s.seed = 35;
+    v.push_back({"TensorCoreTp2Width8SharedPages", s});
+  }
   return v;
 }
 

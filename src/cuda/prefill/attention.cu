@@ -90,6 +90,7 @@ Status launch_for_dtype(const AttentionProblem& pb, const CUtensorMap& k_map,
 }  // namespace
 
 bool attention_supported(const AttentionProblem& pb) {
+  if (tensor_cores_disabled()) return false;
   const KvCacheView& kv = pb.kv;
   if (pb.q.shape[2] != kAttnDim || kv.head_dim() != kAttnDim || kv.block_size() != kAttnKeys)
     return false;
@@ -157,9 +158,7 @@ Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream str
   const int64_t lse_s1 = pb.lse.defined() ? pb.lse.strides[1] : 0;
   if (T == 0) return Status::Ok();
   if (rows.num_requests > 0) {
-    MSA_RETURN_IF_ERROR(launch_kernel("prefill_tile_plan_kernel", prefill_tile_plan_kernel, dim3(1),
-                                      dim3(kPlanThreads), 0, cuda_stream, rows, tq, offsets,
-                                      flags));
+    MSA_RETURN_IF_ERROR(launch_tile_plan(rows, tq, offsets, flags, cuda_stream));
   } else {
     // No requests: every row is padding. offsets = {0 tiles, batch invalid}.
     if (cudaMemsetAsync(offsets, 0, 2 * sizeof(int32_t), cuda_stream) != cudaSuccess) {

@@ -2,6 +2,8 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/validate.h"
@@ -24,6 +26,11 @@ bool device_is_sm90() {
     return false;
   }
   return major == 9 && minor == 0;
+}
+
+bool tensor_cores_disabled() {
+  const char* v = std::getenv("MSA_CUDA_PREFILL");
+  return v != nullptr && std::strcmp(v, "simt") == 0;
 }
 
 namespace {
@@ -74,6 +81,7 @@ Status launch_scores(const IndexProblem& pb, const IndexScoreParams& prm, dim3 g
 }  // namespace
 
 bool index_scores_supported(const IndexProblem& pb) {
+  if (tensor_cores_disabled()) return false;
   if (pb.query_len != 0 || pb.head_dim() != kIndexDim || pb.block_size() != kIndexKeys)
     return false;
   const DType qt = pb.index_q.dtype, kt = pb.index_cache.dtype;
@@ -115,10 +123,7 @@ Status run_index_scores(const IndexProblem& pb, float* scores, void* plan, Strea
   rows.block_size = static_cast<int32_t>(pb.block_size());
   int32_t* flags = pb.error_flags.defined() ? pb.error_flags.ptr<int32_t>() : nullptr;
   auto* offsets = static_cast<int32_t*>(plan);
-  if (rows.num_requests == 0) return Status::Ok();
-  MSA_RETURN_IF_ERROR(launch_kernel("prefill_tile_plan_kernel", prefill_tile_plan_kernel, dim3(1),
-                                    dim3(kPlanThreads), 0, cuda_stream, rows, tile_tokens, offsets,
-                                    flags));
+  MSA_RETURN_IF_ERROR(launch_tile_plan(rows, tile_tokens, offsets, flags, cuda_stream));
 
   IndexScoreParams prm;
   prm.rows = rows;

@@ -17,6 +17,11 @@ namespace prefill {
 // Whether the current device runs sm_90a code (compute capability 9.0).
 bool device_is_sm90();
 
+// The environment variable MSA_CUDA_PREFILL=simt turns the tensor-core prefill kernels off for
+// the calls made while it is set (read at every call), so that benchmarks can time the previous
+// CUDA-core kernels on the same inputs in one process. Any other value, or none, leaves them on.
+bool tensor_cores_disabled();
+
 // ---- Index scores ----
 
 // Whether the tensor-core scorer serves this prefill problem: index head dim and block size 128,
