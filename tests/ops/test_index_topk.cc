@@ -448,21 +448,21 @@ TEST_P(IndexTopkPrefillTensorCore, MatchesOracle) {
   run_and_check(s);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, IndexTopkPrefillTensorCore,
-    ::testing::Values(TensorCoreCase{DType::kBF16, 1, 1, 0, true},
-                      TensorCoreCase{DType::kBF16, 1, 1, 0, false},
-                      TensorCoreCase{DType::kE4M3, 1, 1, 0, true},
-                      TensorCoreCase{DType::kE4M3, 1, 1, 0, false},
-                      TensorCoreCase{DType::kBF16, 4, 0, 0, true},
-                      TensorCoreCase{DType::kE4M3, 2, 2, 1, true},
-                      TensorCoreCase{DType::kBF16, 2, 0, 2, false}),
-    [](const ::testing::TestParamInfo<TensorCoreCase>& i) {
-      const TensorCoreCase& c = i.param;
-      return std::string(dtype_name(c.dtype)) + "_H" + std::to_string(c.heads) + "_local" +
-             std::to_string(c.local_blocks) + "_init" + std::to_string(c.init_blocks) +
-             (c.exact ? "_exact" : "_random");
-    });
+INSTANTIATE_TEST_SUITE_P(Cases, IndexTopkPrefillTensorCore,
+                         ::testing::Values(TensorCoreCase{DType::kBF16, 1, 1, 0, true},
+                                           TensorCoreCase{DType::kBF16, 1, 1, 0, false},
+                                           TensorCoreCase{DType::kE4M3, 1, 1, 0, true},
+                                           TensorCoreCase{DType::kE4M3, 1, 1, 0, false},
+                                           TensorCoreCase{DType::kBF16, 4, 0, 0, true},
+                                           TensorCoreCase{DType::kE4M3, 2, 2, 1, true},
+                                           TensorCoreCase{DType::kBF16, 2, 0, 2, false}),
+                         [](const ::testing::TestParamInfo<TensorCoreCase>& i) {
+                           const TensorCoreCase& c = i.param;
+                           return std::string(dtype_name(c.dtype)) + "_H" +
+                                  std::to_string(c.heads) + "_local" +
+                                  std::to_string(c.local_blocks) + "_init" +
+                                  std::to_string(c.init_blocks) + (c.exact ? "_exact" : "_random");
+                         });
 
 // ---- Focused cases ----
 
