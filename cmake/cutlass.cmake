@@ -15,7 +15,7 @@ if(Python3_Interpreter_FOUND)
     list(APPEND _msa_cutlass_hints ${_msa_py_cutlass})
   endif()
 endif()
-find_path(MSA_CUTLASS_INCLUDE_DIR cute/tensor.hpp HINTS ${_msa_cutlass_hints} NO_DEFAULT_PATH)
+find_path(MSA_CUTLASS_INCLUDE_DIR cute/arch/mma_sm90_gmma.hpp HINTS ${_msa_cutlass_hints} NO_DEFAULT_PATH)
 if(NOT MSA_CUTLASS_INCLUDE_DIR)
   message(FATAL_ERROR "msa: the CUDA backend needs the CUTLASS/CuTe headers: run "
                       "'bash scripts/install_deps.sh --cuda' or set MSA_CUTLASS_DIR")
