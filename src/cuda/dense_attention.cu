@@ -390,6 +390,7 @@ Status launch_dv(const DenseParams& p, int64_t num_kv_heads, Stream stream) {
 // Splits per (row, KV head) for a call with `rows` query rows: enough CTAs to fill the GPU, each
 // split at least kMinTilesPerSplit tiles of the block table's key capacity. Shapes only.
 int split_count(const DenseAttentionArgs& args, int64_t rows) {
+  if (args.batch_invariant) return 1;  // a row's keys in one piece, whatever the batch
   const int64_t ctas = rows * args.kv_cache.num_kv_heads();
   if (ctas == 0 || ctas >= kTargetCtas) return 1;
   const int64_t max_tiles =
@@ -423,6 +424,7 @@ namespace {
 prefill::AttentionProblem tensor_core_problem(const DenseAttentionArgs& a) {
   prefill::AttentionProblem pb;
   pb.sparse = false;
+  pb.batch_invariant = a.batch_invariant;
   pb.softmax_scale = a.softmax_scale;
   pb.q = a.q;
   pb.kv = a.kv_cache;

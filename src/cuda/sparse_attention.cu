@@ -70,6 +70,7 @@ namespace {
 // Both forms, with the row layout resolved (query_len > 0: decode; else prefill).
 struct AttnProblem {
   int query_len = 0;
+  bool batch_invariant = false;
   float softmax_scale = 0.0f;
   TensorView q;
   KvCacheView kv;
@@ -171,8 +172,10 @@ AttnPlan plan_with(const AttnProblem& pb, int64_t rows, const DeviceLimits& dev,
                                        dev.sms, dev.clusters, block ? pb.topk.shape[2] : 0);
 }
 
-// The plan a call runs (its strides and Q's alignment decide whether the one-block kernel can).
+// The plan a call runs (its strides and Q's alignment decide whether the one-block kernel can);
+// batch-invariant calls split every row the same way whatever the batch.
 AttnPlan plan(const AttnProblem& pb, int64_t rows, const DeviceLimits& dev) {
+  if (pb.batch_invariant) return detail::plan_attention_invariant(rows, pb.max_subtiles());
   return plan_with(pb, rows, dev, block_kernel_fits(pb));
 }
 
@@ -194,6 +197,7 @@ size_t plan_bytes(const AttnProblem& pb, const AttnPlan& p) {
 // shapes allow the one-block kernel, both plans count, with it and without it: whether it runs
 // depends on Q's alignment, which the tensors the size was asked with need not share.
 size_t workspace_bytes(const AttnProblem& pb, const DeviceLimits& dev) {
+  if (pb.batch_invariant) return plan_bytes(pb, plan(pb, pb.rows(), dev));
   size_t bytes = 0;
   const int64_t limit = std::min<int64_t>(pb.rows(), detail::kAttnCtasPerSm * dev.sms);
   for (int64_t rows = 1; rows <= limit; ++rows) {
@@ -400,6 +404,7 @@ Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
 AttnProblem decode_problem(const SparseAttentionDecodeArgs& a) {
   AttnProblem pb;
   pb.query_len = a.query_len;
+  pb.batch_invariant = a.batch_invariant;
   pb.softmax_scale = a.softmax_scale;
   pb.q = a.q;
   pb.kv = a.kv_cache;
@@ -415,6 +420,7 @@ AttnProblem decode_problem(const SparseAttentionDecodeArgs& a) {
 AttnProblem prefill_problem(const SparseAttentionPrefillArgs& a) {
   AttnProblem pb;
   pb.query_len = 0;
+  pb.batch_invariant = a.batch_invariant;
   pb.softmax_scale = a.softmax_scale;
   pb.q = a.q;
   pb.kv = a.kv_cache;
@@ -445,6 +451,7 @@ namespace {
 prefill::AttentionProblem tensor_core_problem(const SparseAttentionPrefillArgs& a) {
   prefill::AttentionProblem pb;
   pb.sparse = true;
+  pb.batch_invariant = a.batch_invariant;
   pb.softmax_scale = a.softmax_scale;
   pb.q = a.q;
   pb.kv = a.kv_cache;

@@ -99,7 +99,7 @@ bool attention_supported(const AttentionProblem& pb) {
   const int64_t group = pb.q.shape[1] / hkv;
   if (group != 8 && group != 16) return false;
   const int64_t requests = std::max<int64_t>(pb.seq_lens.shape[0], 1);
-  if (pb.q.shape[0] < kAttnMinRowsPerRequest * requests) return false;
+  if (!pb.batch_invariant && pb.q.shape[0] < kAttnMinRowsPerRequest * requests) return false;
   const DType kt = kv.k.dtype, qt = pb.q.dtype;
   const bool dtypes = (qt == DType::kBF16 && (kt == DType::kBF16 || kt == DType::kE4M3)) ||
                       (qt == DType::kF16 && kt == DType::kF16);

@@ -90,7 +90,8 @@ bool index_scores_supported(const IndexProblem& pb) {
   if (!bf16 && !fp8) return false;
   const int64_t H = pb.num_heads();
   if (H < 1 || kIndexRows % H != 0) return false;
-  if (pb.num_rows() < kIndexMinRowsPerRequest * std::max<int64_t>(pb.num_requests(), 1))
+  if (!pb.batch_invariant &&
+      pb.num_rows() < kIndexMinRowsPerRequest * std::max<int64_t>(pb.num_requests(), 1))
     return false;
   const int64_t es = fp8 ? 1 : 2;
   if (!rows_aligned(pb.index_q, es)) return false;

@@ -27,7 +27,7 @@ bool tensor_cores_disabled();
 // Whether the tensor-core scorer serves this prefill problem: index head dim and block size 128,
 // index_q and keys both bf16 or both e4m3, H_idx dividing 32, 16-byte aligned query rows, a
 // cache TMA can read, and on average at least kIndexMinRowsPerRequest rows per request (a tile
-// computes 128 rows; shorter requests waste most of it).
+// computes 128 rows; shorter requests waste most of it) unless the call is batch invariant.
 constexpr int64_t kIndexMinRowsPerRequest = 32;
 bool index_scores_supported(const detail::IndexTopkProblem& pb);
 // Workspace of the scorer beside the block-maxima buffer (its tile plan).
@@ -41,6 +41,7 @@ Status run_index_scores(const detail::IndexTopkProblem& pb, float* scores, void*
 
 struct AttentionProblem {
   bool sparse = false;
+  bool batch_invariant = false;  // choose by per-row shapes only (no rows-per-request rule)
   float softmax_scale = 0.0f;
   TensorView q;
   KvCacheView kv;
@@ -51,7 +52,7 @@ struct AttentionProblem {
 // heads per KV head, q bf16 with a bf16 or e4m3 cache (scale none or per layer) or q f16 with an
 // f16 cache, out q's dtype or f32, TMA-readable 16-bit caches and 16-byte aligned q rows, top-k
 // width * tokens per tile <= 256 (sparse), and on average at least kAttnMinRowsPerRequest rows per
-// request (decode-like batches keep the split-KV kernels).
+// request (decode-like batches keep the split-KV kernels) unless the call is batch invariant.
 constexpr int64_t kAttnMinRowsPerRequest = 8;
 bool attention_supported(const AttentionProblem& pb);
 size_t attention_workspace_bytes(const AttentionProblem& pb);
