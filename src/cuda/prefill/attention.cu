@@ -90,7 +90,7 @@ Status launch_for_dtype(const AttentionProblem& pb, const CUtensorMap& k_map,
 }  // namespace
 
 bool attention_supported(const AttentionProblem& pb) {
-  if (tensor_cores_disabled()) return false;
+  if (!tensor_cores_enabled()) return false;
   const KvCacheView& kv = pb.kv;
   if (pb.q.shape[2] != kAttnDim || kv.head_dim() != kAttnDim || kv.block_size() != kAttnKeys)
     return false;

@@ -17,10 +17,12 @@ namespace prefill {
 // Whether the current device runs sm_90a code (compute capability 9.0).
 bool device_is_sm90();
 
-// The environment variable MSA_CUDA_PREFILL=simt turns the tensor-core prefill kernels off for
-// the calls made while it is set (read at every call), so that benchmarks can time the previous
-// CUDA-core kernels on the same inputs in one process. Any other value, or none, leaves them on.
-bool tensor_cores_disabled();
+// Whether calls may take the tensor-core prefill kernels, from the environment variable
+// MSA_CUDA_PREFILL, read at every call: "tc" turns them on, "simt" off; unset or any other value
+// gives kPrefillTensorCoresByDefault. Off by default until they pass the CUDA suite on a GPU
+// (docs/api.md); the CUDA test binary and bench/prefill_bench.py set the variable themselves.
+constexpr bool kPrefillTensorCoresByDefault = false;
+bool tensor_cores_enabled();
 
 // ---- Index scores ----
 
