@@ -16,8 +16,6 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import logging
-import math
-import tempfile
 
 import pytest
 
@@ -27,20 +25,12 @@ msa = pytest.importorskip(
     "msa", reason="the msa package is not built: pip install --no-build-isolation ./python")
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed: pip install './python[vllm]'")
 
+import _vllm_harness as harness  # noqa: E402
 import msa.vllm_plugin as plugin  # noqa: E402
-from _msa_testlib import assert_close, assert_topk_valid, generator, randn  # noqa: E402
+from _msa_testlib import assert_close, assert_topk_valid  # noqa: E402
+from _vllm_harness import D, HKV, HQ, TOPK  # noqa: E402
 from msa import reference as ref  # noqa: E402
-from vllm.config import (  # noqa: E402
-    AttentionConfig, CacheConfig, DeviceConfig, ModelConfig, ParallelConfig, SchedulerConfig,
-    SpeculativeConfig,
-    VllmConfig, set_current_vllm_config)
-from vllm.forward_context import set_forward_context  # noqa: E402
-from vllm.transformers_utils.configs.minimax_m3 import (  # noqa: E402
-    MiniMaxM3Config, MiniMaxM3TextConfig)
-from vllm.v1.attention.backend import CommonAttentionMetadata  # noqa: E402
-
-BLOCK, HQ, HKV, D, TOPK = 128, 16, 1, 128, 16  # one MiniMax-M3 rank at TP4
-MAX_TOKENS, MAX_SEQS, MAX_LEN, NUM_PAGES = 512, 8, 4096, 96
+from vllm.config import set_current_vllm_config  # noqa: E402
 
 
 # ---- plugin loading ------------------------------------------------------------------------
@@ -68,7 +58,7 @@ def test_registry_points_to_msa(registered: None) -> None:
         assert (model.module_name, model.class_name) == (plugin.MODELS_MODULE, arch)
     # Resolving an architecture imports msa.vllm_plugin.models, which wraps the selectors and
     # hands vLLM its own model class.
-    model_config = vllm_config("auto", "bf16", 0).model_config
+    model_config = harness.vllm_config("auto", "bf16", 0).model_config
     cls, arch = ModelRegistry.resolve_model_cls(["MiniMaxM3SparseForCausalLM"], model_config)
     from vllm.models.minimax_m3 import MiniMaxM3SparseForCausalLM
 
@@ -153,51 +143,9 @@ def test_drift_is_detected_and_leaves_vllm_untouched(monkeypatch: pytest.MonkeyP
 # ---- the real layer and metadata builders --------------------------------------------------
 
 
-def vllm_config(cache_dtype: str, indexer_kv_dtype: str, spec_tokens: int) -> VllmConfig:
-    sparse = {
-        "use_sparse_attention": True, "sparse_index_dim": D, "sparse_num_index_heads": HKV,
-        "sparse_topk_blocks": TOPK, "sparse_block_size": BLOCK, "sparse_score_type": "max",
-        "sparse_init_block": 0, "sparse_local_block": 1,
-        "sparse_disable_index_value": [1] * 4, "sparse_attention_freq": [1] * 4,
-    }
-    text = MiniMaxM3TextConfig(
-        vocab_size=256, hidden_size=256, num_hidden_layers=4, num_attention_heads=HQ,
-        num_key_value_heads=HKV, head_dim=D, max_position_embeddings=MAX_LEN,
-        num_local_experts=4, sparse_attention_config=sparse)
-    directory = tempfile.mkdtemp(prefix="msa-vllm-")
-    MiniMaxM3Config(text_config=text.to_dict(),
-                    architectures=["MiniMaxM3SparseForConditionalGeneration"]
-                    ).save_pretrained(directory)
-    model = ModelConfig(model=directory, skip_tokenizer_init=True, dtype="bfloat16",
-                        max_model_len=MAX_LEN)
-    speculative = None
-    if spec_tokens:
-        speculative = SpeculativeConfig(method="ngram", num_speculative_tokens=spec_tokens,
-                                        prompt_lookup_max=3, prompt_lookup_min=1,
-                                        target_model_config=model,
-                                        target_parallel_config=ParallelConfig())
-    return VllmConfig(
-        model_config=model,
-        cache_config=CacheConfig(block_size=BLOCK, cache_dtype=cache_dtype),
-        scheduler_config=SchedulerConfig(max_num_batched_tokens=MAX_TOKENS,
-                                         max_num_seqs=MAX_SEQS, max_model_len=MAX_LEN,
-                                         is_encoder_decoder=False),
-        attention_config=AttentionConfig(indexer_kv_dtype=indexer_kv_dtype),
-        speculative_config=speculative,
-        device_config=DeviceConfig("cpu"),
-    )
-
-
 @pytest.fixture(scope="module")
 def distributed() -> None:
-    """vLLM's tensor-parallel group of one rank (gloo), which the layer's linears need."""
-    from vllm.distributed import init_distributed_environment, initialize_model_parallel
-
-    with set_current_vllm_config(vllm_config("auto", "bf16", 0)):
-        init_distributed_environment(
-            world_size=1, rank=0, local_rank=0, backend="gloo",
-            distributed_init_method=f"file://{tempfile.mktemp(prefix='msa-vllm-dist-')}")
-        initialize_model_parallel(1, 1)
+    harness.init_distributed()
 
 
 @pytest.fixture
@@ -208,127 +156,35 @@ def msa_platform(monkeypatch: pytest.MonkeyPatch, registered: None) -> None:
     monkeypatch.setattr(impl, "_platform_reason", lambda: None)
 
 
-_layer_count = 0
-
-
-def build_layer(config: VllmConfig):
-    """vLLM's MiniMaxM3SparseAttention layer (selectors run in its constructor)."""
-    global _layer_count
-    from vllm.models.minimax_m3.nvidia.model import MiniMaxM3SparseAttention
-
-    _layer_count += 1
-    text = config.model_config.hf_config.text_config
-    topk_buffer = torch.full(((MAX_TOKENS + 3) // 4 * 4, HKV, TOPK), -1, dtype=torch.int32)
-    return MiniMaxM3SparseAttention(text, 3, None, prefix=f"model.layers.{_layer_count}.attn",
-                                    cache_config=config.cache_config,
-                                    topk_indices_buffer=topk_buffer)
-
-
-def common_metadata(query_lens: list[int], seq_lens: list[int],
-                    block_table: torch.Tensor) -> CommonAttentionMetadata:
-    """vLLM's per-step input of the metadata builders, decode requests first."""
-    i32 = torch.int32
-    starts = [0]
-    for n in query_lens:
-        starts.append(starts[-1] + n)
-    slots = []
-    for b, (n, s) in enumerate(zip(query_lens, seq_lens)):
-        for p in range(s - n, s):
-            slots.append(int(block_table[b, p // BLOCK]) * BLOCK + p % BLOCK)
-    qsl = torch.tensor(starts, dtype=i32)
-    lens = torch.tensor(seq_lens, dtype=i32)
-    return CommonAttentionMetadata(
-        query_start_loc=qsl, query_start_loc_cpu=qsl.clone(), seq_lens=lens,
-        num_reqs=len(query_lens), num_actual_tokens=starts[-1], max_query_len=max(query_lens),
-        max_seq_len=max(seq_lens), block_table_tensor=block_table,
-        slot_mapping=torch.tensor(slots, dtype=torch.int64), seq_lens_cpu_upper_bound=lens)
-
-
-def pages(seq_lens: list[int], gen: torch.Generator) -> torch.Tensor:
-    """[B, max_blocks] int32 block table of distinct, shuffled pages."""
-    per = [math.ceil(s / BLOCK) for s in seq_lens]
-    perm = torch.randperm(NUM_PAGES, generator=gen).tolist()
-    table = torch.zeros(len(seq_lens), max(per), dtype=torch.int32)
-    used = 0
-    for b, n in enumerate(per):
-        table[b, :n] = torch.tensor(perm[used:used + n], dtype=torch.int32)
-        used += n
-    return table
-
-
-STEPS = {
-    # name: (query_lens, seq_lens, speculative tokens), decode requests first.
-    "decode": ([1, 1, 1], [2300, 129, 1800], 0),
-    "chunked_prefill": ([200], [1900], 0),
-    "mixed": ([1, 1, 300], [2400, 3000, 2600], 0),
-    "speculative": ([3, 3, 3, 150], [2100, 700, 2980, 150], 2),
-}
-
-
 @pytest.mark.parametrize("cache", ["bf16", "fp8"])
-@pytest.mark.parametrize("step", sorted(STEPS))
+@pytest.mark.parametrize("step", sorted(harness.STEPS))
 def test_layer_step_against_reference(step: str, cache: str, distributed: None,
                                       msa_platform: None) -> None:
     from msa.vllm_plugin.impl import MsaIndexerImpl, MsaSparseImpl
 
-    query_lens, seq_lens, spec = STEPS[step]
-    fp8 = cache == "fp8"
-    config = vllm_config("fp8" if fp8 else "auto", "fp8" if fp8 else "bf16", spec)
-    gen = generator(len(step) + 10 * fp8)
-    with set_current_vllm_config(config):
-        layer = build_layer(config)
-        assert isinstance(layer.impl, MsaSparseImpl)
-        assert isinstance(layer.indexer.impl, MsaIndexerImpl)
-        index_cache_layer = layer.indexer.index_cache
+    s = harness.run_step(step, cache)
+    assert isinstance(s.layer.impl, MsaSparseImpl)
+    assert isinstance(s.layer.indexer.impl, MsaIndexerImpl)
+    spec = harness.STEPS[step][2]
+    num_decodes = sum(1 for n in s.query_lens if n == 1 + spec)
+    assert s.main_md.num_decodes == s.index_md.num_decodes == num_decodes
+    if spec:
+        assert s.main_md.decode.decode_query_len == 1 + spec
 
-        # Caches as vLLM binds them: the main cache packed [pages, Hkv, 128, 2 D] (uint8 bytes
-        # of e4m3 when fp8), the index cache [pages, 128, Di].
-        kv_dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
-        kv = randn(NUM_PAGES, HKV, BLOCK, 2 * D, gen=gen, dtype=kv_dtype)
-        layer.kv_cache = kv.view(torch.uint8) if fp8 else kv
-        index_cache = randn(NUM_PAGES, BLOCK, D, gen=gen, dtype=index_cache_layer.dtype)
-        index_cache_layer.kv_cache = index_cache
-        if fp8:
-            layer._k_scale.fill_(0.5)
-            layer._v_scale.fill_(0.25)
-
-        table, index_table = pages(seq_lens, gen), pages(seq_lens, gen)
-        main_common = common_metadata(query_lens, seq_lens, table)
-        index_common = common_metadata(query_lens, seq_lens, index_table)
-        device = torch.device("cpu")
-        main_builder = layer.attn_backend.get_builder_cls()(
-            layer.get_kv_cache_spec(config), [layer.layer_name], config, device)
-        index_builder = index_cache_layer.get_attn_backend().get_builder_cls()(
-            index_cache_layer.get_kv_cache_spec(config), [index_cache_layer.prefix], config,
-            device)
-        main_md = main_builder.build(0, main_common)
-        index_md = index_builder.build(0, index_common)
-        num_decodes = sum(1 for n in query_lens if n == 1 + spec) if spec else \
-            sum(1 for n in query_lens if n == 1)
-        assert main_md.num_decodes == index_md.num_decodes == num_decodes
-
-        tokens = sum(query_lens)
-        q = randn(tokens, HQ * D, gen=gen)
-        index_q = randn(tokens, HKV * D, gen=gen, dtype=index_cache_layer.dtype)
-        output = torch.zeros(tokens, HQ * D, dtype=torch.bfloat16)
-        metadata = {layer.layer_name: main_md, index_cache_layer.prefix: index_md}
-        with set_forward_context(metadata, config):
-            layer._run_attention(q, None, index_q, output)
-
-    rows = [ref.Row(b, p) for b, (n, s) in enumerate(zip(query_lens, seq_lens))
-            for p in range(s - n, s)]
-    lens = torch.tensor(seq_lens, dtype=torch.int32)
-    iq = index_q.view(tokens, HKV, D)
-    got_topk = layer.topk_indices_buffer[:tokens].transpose(0, 1)
-    want_topk = ref.index_topk(iq, index_cache, index_table, lens, rows, topk=TOPK,
+    tokens = sum(s.query_lens)
+    rows = [ref.Row(b, p) for b, (n, length) in enumerate(zip(s.query_lens, s.seq_lens))
+            for p in range(length - n, length)]
+    lens = torch.tensor(s.seq_lens, dtype=torch.int32)
+    iq = s.index_q.view(tokens, HKV, D)
+    want_topk = ref.index_topk(iq, s.index_cache, s.index_table, lens, rows, topk=TOPK,
                                init_blocks=0, local_blocks=1)
-    scores = ref.block_scores(iq, index_cache, index_table, lens, rows)
-    assert_topk_valid(got_topk, want_topk, scores, TOPK)
+    scores = ref.block_scores(iq, s.index_cache, s.index_table, lens, rows)
+    assert_topk_valid(s.topk, want_topk, scores, TOPK)
 
-    scales = dict(k_scale=layer._k_scale, v_scale=layer._v_scale) if fp8 else {}
-    want_out, _ = ref.attention(q.view(tokens, HQ, D), kv, table, lens, rows,
-                                topk=got_topk.contiguous(), softmax_scale=D ** -0.5, **scales)
-    assert_close(output.view(tokens, HQ, D).float(), want_out, atol=2e-2, rtol=2e-2,
+    scales = dict(k_scale=s.k_scale, v_scale=s.v_scale) if s.fp8 else {}
+    want_out, _ = ref.attention(s.q.view(tokens, HQ, D), s.kv, s.table, lens, rows,
+                                topk=s.topk, softmax_scale=D ** -0.5, **scales)
+    assert_close(s.output.view(tokens, HQ, D).float(), want_out, atol=2e-2, rtol=2e-2,
                  what=f"{step} {cache} out")
 
 
@@ -340,7 +196,7 @@ def test_selectors_delegate_off_hopper(distributed: None, registered: None) -> N
     from vllm.models.minimax_m3.common import indexer as vllm_indexer
     from vllm.models.minimax_m3.common import sparse_attention as vllm_sparse
 
-    with set_current_vllm_config(vllm_config("auto", "bf16", 0)):
+    with set_current_vllm_config(harness.vllm_config("auto", "bf16", 0)):
         assert vllm_sparse.select_main_backend_and_impl_cls(
             topk_blocks=TOPK, kv_cache_dtype="auto", num_kv_heads=HKV
         ) == (vllm_sparse.MiniMaxM3SparseBackend, vllm_sparse.MiniMaxM3SparseTritonImpl)
@@ -361,8 +217,7 @@ def test_selectors_choose_msa_only_where_it_applies(
     from vllm.models.minimax_m3.common import indexer as vllm_indexer
     from vllm.models.minimax_m3.common import sparse_attention as vllm_sparse
 
-    with set_current_vllm_config(vllm_config(main_dtype if main_dtype != "auto" else "auto",
-                                             index_dtype, 0)):
+    with set_current_vllm_config(harness.vllm_config(main_dtype, index_dtype, 0)):
         _, main = vllm_sparse.select_main_backend_and_impl_cls(
             topk_blocks=topk, kv_cache_dtype=main_dtype, num_kv_heads=HKV)
         assert (main is MsaSparseImpl) == uses_msa
@@ -376,7 +231,7 @@ def test_selectors_choose_msa_only_where_it_applies(
 def test_speculative_rows_beyond_eight_delegate(distributed: None, msa_platform: None) -> None:
     from vllm.models.minimax_m3.common import sparse_attention as vllm_sparse
 
-    with set_current_vllm_config(vllm_config("auto", "bf16", 8)):
+    with set_current_vllm_config(harness.vllm_config("auto", "bf16", 8)):
         _, main = vllm_sparse.select_main_backend_and_impl_cls(
             topk_blocks=TOPK, kv_cache_dtype="auto", num_kv_heads=HKV)
     assert main is vllm_sparse.MiniMaxM3SparseTritonImpl

@@ -3,7 +3,8 @@ kernel selectors that choose them where msa applies.
 
 Imported only when vLLM builds a MiniMax-M3 model (through ``msa.vllm_plugin.models``). vLLM's
 own backend, metadata and metadata builders stay in use: the impls read the same per-step
-metadata and the same shared top-k buffer as vLLM's Triton impls, and call the msa ops.
+metadata and the same shared top-k buffer as vLLM's Triton impls, and run the step with
+``msa.vllm_plugin.steps`` (the msa ops).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Callable, Optional
 import torch
 
 import msa
-from msa.vllm_plugin import logger
+from msa.vllm_plugin import logger, steps
 from vllm.config import get_current_vllm_config
 from vllm.forward_context import get_forward_context
 from vllm.models.minimax_m3.common import indexer as vllm_indexer
@@ -221,29 +222,15 @@ class MsaSparseImpl(vllm_sparse.MiniMaxM3SparseImpl):
         md = _step_metadata(layer.layer_name)
         if md is None:
             return output
-        nd, num_tokens = md.num_decode_tokens, md.num_actual_tokens
-        # Token-major [tokens, H_idx, K] buffer viewed as msa's [H_idx, tokens, K], no copy.
-        topk = layer.topk_indices_buffer[:num_tokens].transpose(0, 1)
-        q = query[:num_tokens].view(-1, self.num_heads, self.head_size)
-        out = output[:num_tokens].view(-1, self.num_heads, self.head_size)
-        scales = {}
+        k_scale = v_scale = None
         if self.cache_dtype == torch.float8_e4m3fn:
             kv_cache = kv_cache.view(torch.float8_e4m3fn)  # vLLM stores fp8 caches as uint8
-            scales = dict(k_scale=layer._k_scale, v_scale=layer._v_scale)
-        ws = workspace(q.device)
-        if md.num_decodes > 0:
-            d = md.decode
-            msa.sparse_attention_decode(
-                q=q[:nd], kv_cache=kv_cache, block_table=d.block_table, seq_lens=d.seq_lens,
-                topk=topk[:, :nd], out=out[:nd], query_len=d.decode_query_len,
-                softmax_scale=self.scale, workspace=ws, **scales)
-        if md.num_prefills > 0:
-            p = md.prefill
-            msa.sparse_attention_prefill(
-                q=q[nd:], kv_cache=kv_cache, block_table=p.block_table,
-                cu_seqlens_q=p.cu_seqlens_q, seq_lens=p.seq_lens, topk=topk[:, nd:],
-                out=out[nd:], softmax_scale=self.scale, workspace=ws, **scales)
-        return output
+            k_scale, v_scale = layer._k_scale, layer._v_scale
+        return steps.attend(
+            md, query=query, output=output, kv_cache=kv_cache,
+            topk_buffer=layer.topk_indices_buffer, num_heads=self.num_heads,
+            head_size=self.head_size, scale=self.scale, k_scale=k_scale, v_scale=v_scale,
+            workspace=workspace(query.device))
 
 
 class MsaIndexerImpl(vllm_indexer.MiniMaxM3IndexerImpl):
@@ -267,30 +254,12 @@ class MsaIndexerImpl(vllm_indexer.MiniMaxM3IndexerImpl):
         md = _step_metadata(self.index_cache.prefix)
         if md is None:
             return None, None
-        nd, num_tokens = md.num_decode_tokens, md.num_actual_tokens
-        iq = index_query[:num_tokens].view(-1, self.num_index_heads, self.index_head_dim)
-        cache = self.index_cache.kv_cache
-        topk = self.topk_indices_buffer.transpose(0, 1)  # [H_idx, capacity, K]
-        ws = workspace(iq.device)
-        # vLLM's init/local block counts, passed explicitly (msa's wrappers default to 0 / 1).
-        selection = dict(topk=self.topk_blocks, init_blocks=self.init_blocks,
-                         local_blocks=self.local_blocks)
-        decode_topk = prefill_topk = None
-        if md.num_decodes > 0:
-            d = md.decode
-            msa.index_topk_decode(
-                index_q=iq[:nd], index_cache=cache, block_table=d.block_table,
-                seq_lens=d.seq_lens, topk_out=topk, query_len=d.decode_query_len, workspace=ws,
-                **selection)
-            decode_topk = topk[:, :nd]
-        if md.num_prefills > 0:
-            p = md.prefill
-            msa.index_topk_prefill(
-                index_q=iq[nd:], index_cache=cache, block_table=p.block_table,
-                cu_seqlens_q=p.cu_seqlens_q, seq_lens=p.seq_lens, topk_out=topk[:, nd:],
-                workspace=ws, **selection)
-            prefill_topk = topk[:, nd:num_tokens]
-        return decode_topk, prefill_topk
+        return steps.select_blocks(
+            md, index_query=index_query, index_cache=self.index_cache.kv_cache,
+            topk_buffer=self.topk_indices_buffer, num_index_heads=self.num_index_heads,
+            index_head_dim=self.index_head_dim, topk=self.topk_blocks,
+            init_blocks=self.init_blocks, local_blocks=self.local_blocks,
+            workspace=workspace(index_query.device))
 
 
 # ---- the wrapped selectors ----------------------------------------------------------------
