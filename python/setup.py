@@ -158,6 +158,8 @@ def _extension() -> cpp_extension.CppExtension:
             "cxx": [
                 "-O2",
                 f"-DMSA_TORCH_WITH_CUDA={int(WITH_CUDA)}",
+                # Declares the CUDA part of torch's C shim (the current CUDA stream).
+                *(["-DUSE_CUDA=1"] if WITH_CUDA else []),
                 f"-DTORCH_TARGET_VERSION={target}",
                 "-Werror=return-type",
             ]

@@ -7,7 +7,8 @@
 #include <string>
 
 #if MSA_TORCH_WITH_CUDA
-#define USE_CUDA 1  // declares the CUDA part of the shim: aoti_torch_get_current_cuda_stream
+// aoti_torch_get_current_cuda_stream; declared when USE_CUDA is defined (setup.py defines it
+// for CUDA builds: the header is already included through torch/csrc/stable/tensor.h).
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #endif
 
