@@ -153,8 +153,11 @@ int64_t slot_of(const TensorView& table, int64_t b, int64_t position, int64_t bl
 }  // namespace
 
 Status workspace_size(const BatchMetadataArgs& args, size_t* bytes) {
-  const size_t requests = static_cast<size_t>(args.query_lens.shape[0]) + 1;
-  *bytes = detail::align_up(requests * sizeof(int64_t));
+  int64_t starts_bytes = 0;  // int64 row offsets of B + 1 requests
+  MSA_RETURN_IF_ERROR(detail::checked_mul(args.query_lens.shape[0] + 1, 8,
+                                          "query_lens: workspace bytes for B + 1 offsets",
+                                          &starts_bytes));
+  *bytes = detail::align_up(static_cast<size_t>(starts_bytes));
   return Status::Ok();
 }
 
