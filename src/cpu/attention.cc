@@ -627,7 +627,7 @@ Status run_problem(const Problem& p, Workspace workspace, const Stream& stream) 
   const int64_t slices = std::clamp<int64_t>(ceil_div(threads, pairs), 1, p.group);
   char* ws = static_cast<char*>(workspace.data);
   const AttendFn attend_fn = pick_attend();
-  parallel_for(pairs * slices, stream, [&](int64_t begin, int64_t end, int thread) {
+  return parallel_for(pairs * slices, stream, [&](int64_t begin, int64_t end, int thread) {
     float* scratch = reinterpret_cast<float*>(ws + per_thread * static_cast<size_t>(thread));
     for (int64_t item = begin; item < end; ++item) {
       const int64_t slice = item % slices;
@@ -636,7 +636,6 @@ Status run_problem(const Problem& p, Workspace workspace, const Stream& stream) 
                 (slice + 1) * p.group / slices, scratch);
     }
   });
-  return Status::Ok();
 }
 
 }  // namespace

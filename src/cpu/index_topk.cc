@@ -303,11 +303,10 @@ Status run_problem(const Problem& pb, Workspace workspace, Stream stream) {
   MSA_RETURN_IF_ERROR(pb.query_len > 0 ? validate_decode(pb) : validate_prefill(pb));
   const int64_t heads = pb.num_heads();
   char* base = static_cast<char*>(workspace.data);
-  parallel_for(pb.num_rows() * heads, stream, [&](int64_t begin, int64_t end, int thread) {
+  return parallel_for(pb.num_rows() * heads, stream, [&](int64_t begin, int64_t end, int thread) {
     char* scratch = base + static_cast<size_t>(thread) * layout.per_thread;
     for (int64_t i = begin; i < end; ++i) compute_item(pb, i / heads, i % heads, scratch, layout);
   });
-  return Status::Ok();
 }
 
 Status workspace_bytes(const Problem& pb, size_t* bytes) {

@@ -175,27 +175,11 @@ Status run(const BatchMetadataArgs& args, Workspace workspace, Stream stream) {
   const int64_t bs = args.block_size;
   const int64_t num_tokens = starts[batch];
 
-  for (int64_t b = 0; b <= batch; ++b) store_i32(args.query_start_loc, b, starts[b]);
-  int64_t cu_k = 0;
-  for (int64_t b = nd; b <= batch; ++b) {
-    store_i32(args.prefill_cu_seqlens_q, b - nd, starts[b] - sums.decode_tokens);
-    store_i32(args.prefill_cu_seqlens_k, b - nd, cu_k);
-    if (b < batch) cu_k += load_i32(args.seq_lens, b);
-  }
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t s = load_i32(args.seq_lens, b);
-    store_i32(args.context_lens, b, s - load_i32(args.query_lens, b));
-    store_i32(args.kv_block_counts, b, ceil_div(s, bs));
-  }
-  store_i32(args.totals, 0, sums.decode_tokens);
-  store_i32(args.totals, 1, sums.prefill_tokens);
-  store_i32(args.totals, 2, num_tokens);
-  store_i32(args.totals, 3, sums.kv_blocks);
-
   const int64_t token_capacity =
       std::max({capacity(args.token_request), capacity(args.token_position),
                 capacity(args.slot_mapping), capacity(args.index_slot_mapping)});
-  parallel_for(token_capacity, stream, [&](int64_t begin, int64_t end, int) {
+  // The per-token outputs first: when the worker threads cannot start, nothing is written.
+  MSA_RETURN_IF_ERROR(parallel_for(token_capacity, stream, [&](int64_t begin, int64_t end, int) {
     // The request of the first token, then advanced as tokens cross request boundaries.
     int64_t b = std::upper_bound(starts, starts + batch + 1, begin) - starts - 1;
     for (int64_t t = begin; t < end; ++t) {
@@ -215,7 +199,25 @@ Status run(const BatchMetadataArgs& args, Workspace workspace, Stream stream) {
       if (t < capacity(args.slot_mapping)) store_i64(args.slot_mapping, t, slot);
       if (t < capacity(args.index_slot_mapping)) store_i64(args.index_slot_mapping, t, index_slot);
     }
-  });
+  }));
+
+  for (int64_t b = 0; b <= batch; ++b) store_i32(args.query_start_loc, b, starts[b]);
+  int64_t cu_k = 0;
+  for (int64_t b = nd; b <= batch; ++b) {
+    store_i32(args.prefill_cu_seqlens_q, b - nd, starts[b] - sums.decode_tokens);
+    store_i32(args.prefill_cu_seqlens_k, b - nd, cu_k);
+    if (b < batch) cu_k += load_i32(args.seq_lens, b);
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t s = load_i32(args.seq_lens, b);
+    store_i32(args.context_lens, b, s - load_i32(args.query_lens, b));
+    store_i32(args.kv_block_counts, b, ceil_div(s, bs));
+  }
+  store_i32(args.totals, 0, sums.decode_tokens);
+  store_i32(args.totals, 1, sums.prefill_tokens);
+  store_i32(args.totals, 2, num_tokens);
+  store_i32(args.totals, 3, sums.kv_blocks);
+
   return Status::Ok();
 }
 

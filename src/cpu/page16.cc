@@ -144,10 +144,9 @@ Status run(const SparsePage16Args& args, Workspace workspace, Stream stream) {
   (void)workspace;
   MSA_RETURN_IF_ERROR(validate_values(args));
   const int64_t rows = args.table_out.shape[0];
-  parallel_for(rows, stream, [&](int64_t begin, int64_t end, int) {
+  return parallel_for(rows, stream, [&](int64_t begin, int64_t end, int) {
     for (int64_t row = begin; row < end; ++row) build_row(args, row);
   });
-  return Status::Ok();
 }
 
 }  // namespace cpu

@@ -275,22 +275,24 @@ Status ModelRunner::Impl::prepare_step(const Batch& b, int64_t* num_tokens) {
   clock.start(kStageActivations);
   if (!o.device.is_cuda()) dirs.resize(static_cast<size_t>(T * 2 * dir_dim));
   const int bs = o.model.sparse_block_size;
-  cpu::parallel_for(o.device.is_cuda() ? 0 : T, stream(), [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* qd = dirs.data() + t * 2 * dir_dim;
-      float* kd = qd + dir_dim;
-      const auto id = static_cast<uint64_t>(tok_id[static_cast<size_t>(t)]);
-      const int64_t p = tok_pos[static_cast<size_t>(t)];
-      int64_t focus[synth::kFocusBlocks];
-      for (int i = 0; i < synth::kFocusBlocks; ++i) {
-        focus[i] = synth::focus_block(o.seed, id, p, i, bs);
-      }
-      for (int d = 0; d < dir_dim; ++d) {
-        qd[d] = synth::query_direction(o.seed, id, focus, d);
-        kd[d] = synth::topic(o.seed, id, p / bs, d);
-      }
-    }
-  });
+  Status st =
+      cpu::parallel_for(o.device.is_cuda() ? 0 : T, stream(), [&](int64_t begin, int64_t end, int) {
+        for (int64_t t = begin; t < end; ++t) {
+          float* qd = dirs.data() + t * 2 * dir_dim;
+          float* kd = qd + dir_dim;
+          const auto id = static_cast<uint64_t>(tok_id[static_cast<size_t>(t)]);
+          const int64_t p = tok_pos[static_cast<size_t>(t)];
+          int64_t focus[synth::kFocusBlocks];
+          for (int i = 0; i < synth::kFocusBlocks; ++i) {
+            focus[i] = synth::focus_block(o.seed, id, p, i, bs);
+          }
+          for (int d = 0; d < dir_dim; ++d) {
+            qd[d] = synth::query_direction(o.seed, id, focus, d);
+            kd[d] = synth::topic(o.seed, id, p / bs, d);
+          }
+        }
+      });
+  ENGINE_RETURN_IF_ERROR(st);
   if (o.device.is_cuda()) {
     std::vector<int64_t> ids(tok_id.begin(), tok_id.end());
     ENGINE_RETURN_IF_ERROR(mem.upload(token_ids.data, ids.data(), ids.size() * 8));
@@ -315,7 +317,7 @@ Status ModelRunner::Impl::synthesize(int layer, int64_t T) {
   }
 #endif
   uint16_t* dst = qkv.ptr<uint16_t>();
-  cpu::parallel_for(T, stream(), [&](int64_t begin, int64_t end, int) {
+  const Status st = cpu::parallel_for(T, stream(), [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       const float* qd = dirs.data() + t * 2 * dir_dim;
       const float* kd = qd + dir_dim;
@@ -330,7 +332,7 @@ Status ModelRunner::Impl::synthesize(int layer, int64_t T) {
     }
   });
   clock.stop(kStageActivations);
-  return Status::Ok();
+  return st;
 }
 
 Status ModelRunner::Impl::digest_layer(int layer, int64_t T) {
@@ -344,14 +346,14 @@ Status ModelRunner::Impl::digest_layer(int layer, int64_t T) {
   }
 #endif
   const float* src = out.ptr<float>();
-  cpu::parallel_for(T, stream(), [&](int64_t begin, int64_t end, int) {
+  const Status st = cpu::parallel_for(T, stream(), [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       digests[static_cast<size_t>(t)] = synth::fold_digest(
           digests[static_cast<size_t>(t)], synth::row_digest(src + t * n, n), layer);
     }
   });
   clock.stop(kStageReadback);
-  return Status::Ok();
+  return st;
 }
 
 Status ModelRunner::Impl::run_layer(int layer, const Batch& b, int64_t T,
