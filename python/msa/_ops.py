@@ -439,7 +439,8 @@ def batch_metadata(
         token_position: [max_tokens] int32. Written.
         slot_mapping: [max_tokens] int64. Written.
         index_slot_mapping: [max_tokens] int64 (needs index_block_table). Written.
-        totals: [4] int32: num_decode_tokens, num_prefill_tokens, num_tokens, total_kv_blocks.
+        totals: [4] int32: num_decode_tokens, num_prefill_tokens, num_tokens, total_kv_blocks
+            (ceil(seq_len / block_size) summed over the prefill requests).
         error_flags, workspace: as above.
     """
     args = (

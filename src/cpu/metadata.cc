@@ -72,7 +72,7 @@ struct BatchTotals {
   int64_t decode_tokens = 0;
   int64_t prefill_tokens = 0;
   int64_t prefill_seq_sum = 0;
-  int64_t kv_blocks = 0;
+  int64_t kv_blocks = 0;  // of prefill requests only (spec B6: it sizes prefill structures)
 };
 
 // Validates every request and fills starts[0..B] (row offset of each request, then the total).
@@ -115,18 +115,18 @@ Status validate_batch(const BatchMetadataArgs& args, int64_t* starts, BatchTotal
       row += q;
       acc.prefill_tokens += q;
       acc.prefill_seq_sum += s;
+      acc.kv_blocks += used;
     }
-    acc.kv_blocks += used;
   }
   starts[batch] = row;
 
   const int64_t int32_max = std::numeric_limits<int32_t>::max();
   if (row > int32_max || acc.prefill_seq_sum > int32_max || acc.kv_blocks > int32_max) {
-    return reject(args, kDeviceErrorCapacity,
-                  "batch: " + std::to_string(row) + " tokens, " +
-                      std::to_string(acc.prefill_seq_sum) + " prefill keys and " +
-                      std::to_string(acc.kv_blocks) + " KV blocks; int32 outputs hold at most " +
-                      std::to_string(int32_max));
+    return reject(
+        args, kDeviceErrorCapacity,
+        "batch: " + std::to_string(row) + " tokens, " + std::to_string(acc.prefill_seq_sum) +
+            " prefill keys and " + std::to_string(acc.kv_blocks) +
+            " prefill KV blocks; int32 outputs hold at most " + std::to_string(int32_max));
   }
   const std::pair<const TensorView*, const char*> token_outputs[] = {
       {&args.token_request, "token_request"},
