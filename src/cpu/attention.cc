@@ -210,7 +210,10 @@ Status validate_values(const Problem& p) {
     // Decode rows at negative positions are padding (spec A8), whatever seq_len is.
     if (p.form == Form::kDecode) continue;
     const int64_t begin = at(p.cu_seqlens_q, b), end = at(p.cu_seqlens_q, b + 1);
-    if ((b == 0 && begin != 0) || end < begin || end > p.num_rows || end - begin > s) {
+    // In the dense form (which also serves decode batches) a request with seq_len 0 is a padded
+    // decode request: its rows, however many, sit at negative positions and attend to nothing.
+    const bool padded = p.form == Form::kDense && s == 0;
+    if ((b == 0 && begin != 0) || end < begin || end > p.num_rows || (end - begin > s && !padded)) {
       return value_error(p, kDeviceErrorQueryLen,
                          "cu_seqlens_q[" + std::to_string(b) + ".." + std::to_string(b + 1) +
                              "] = " + std::to_string(begin) + ", " + std::to_string(end) +
