@@ -192,11 +192,14 @@ Status check(const FusedQkNormRopeArgs& args) {
     MSA_RETURN_IF_ERROR(require_dim(args.kv_cache.k, "kv_cache.k", 3, head_dim, "head_dim"));
   }
 
-  // Index outputs exist only in sparse mode; elsewhere they would be silently ignored.
-  if (!sparse) {
-    if (args.index_q_out.defined()) {
-      return invalid("index_q_out: given" + in_mode + ", where the index branch is off");
-    }
+  // index_q_out exists only in sparse mode; elsewhere it would be silently ignored. A
+  // skip-index layer's engine passes the layer's index cache (and its slots) through: spec A11
+  // only requires that it is not written, so it is accepted, checked and left untouched. Dense
+  // layers have no index cache.
+  if (!sparse && args.index_q_out.defined()) {
+    return invalid("index_q_out: given" + in_mode + ", where the index branch is off");
+  }
+  if (mode == PreAttentionMode::kDense) {
     if (args.index_cache.defined()) {
       return invalid("index_cache: given" + in_mode + ", where the index branch is off");
     }
@@ -220,7 +223,7 @@ Status check(const FusedQkNormRopeArgs& args) {
     if (args.index_slot_mapping.defined()) {
       MSA_RETURN_IF_ERROR(
           check_row_vector(args.index_slot_mapping, "index_slot_mapping", tokens, device));
-    } else if (!args.slot_mapping.defined()) {
+    } else if (sparse && !args.slot_mapping.defined()) {
       return invalid(
           "index_slot_mapping: missing, and no slot_mapping to fall back on, while "
           "index_cache is given");
