@@ -1,12 +1,17 @@
 # Runs the msa program once and checks its exit status, output, files and report fields.
 # Variables: MSA (program), ARGS ('|'-separated), RC, STDOUT_RE, STDERR_RE, FILE (must exist,
 # and be fresh), NO_FILE (must not exist, nor its .tmp), JSON_KEYS ('|'-separated dotted paths
-# that must exist in FILE; numeric components index arrays).
+# that must exist in FILE; numeric components index arrays), LIMIT_KB (when set, the program's
+# address space is limited to that many KiB, so a run that allocates before it validates fails).
 string(REPLACE "|" ";" args "${ARGS}")
 if(FILE)
   file(REMOVE "${FILE}")
 endif()
-execute_process(COMMAND ${MSA} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out
+set(command ${MSA} ${args})
+if(LIMIT_KB)
+  set(command sh -c "ulimit -v ${LIMIT_KB} && exec \"$0\" \"$@\"" ${MSA} ${args})
+endif()
+execute_process(COMMAND ${command} RESULT_VARIABLE rc OUTPUT_VARIABLE out
   ERROR_VARIABLE err)
 if(NOT rc STREQUAL RC)
   message(FATAL_ERROR "exit status ${rc}, expected ${RC}\nstdout:\n${out}\nstderr:\n${err}")
