@@ -198,6 +198,13 @@ Status value_error(const Problem& p, DeviceError bit, const std::string& msg) {
 
 // Validates every value the op reads before anything is written.
 Status validate_values(const Problem& p) {
+  // Checked before the requests: with none, row_info still reads cu_seqlens_q[0] and relies on
+  // it being 0 (a larger value would send rows below it to a request that does not exist).
+  if (p.form != Form::kDecode && at(p.cu_seqlens_q, 0) != 0) {
+    return value_error(
+        p, kDeviceErrorQueryLen,
+        "cu_seqlens_q[0] = " + std::to_string(at(p.cu_seqlens_q, 0)) + ": expected 0");
+  }
   for (int64_t b = 0; b < p.num_requests; ++b) {
     const int64_t s = at(p.seq_lens, b);
     if (s < 0 || ceil_div(s, p.block_size) > p.max_blocks) {
@@ -213,11 +220,11 @@ Status validate_values(const Problem& p) {
     // In the dense form (which also serves decode batches) a request with seq_len 0 is a padded
     // decode request: its rows, however many, sit at negative positions and attend to nothing.
     const bool padded = p.form == Form::kDense && s == 0;
-    if ((b == 0 && begin != 0) || end < begin || end > p.num_rows || (end - begin > s && !padded)) {
+    if (end < begin || end > p.num_rows || (end - begin > s && !padded)) {
       return value_error(p, kDeviceErrorQueryLen,
                          "cu_seqlens_q[" + std::to_string(b) + ".." + std::to_string(b + 1) +
                              "] = " + std::to_string(begin) + ", " + std::to_string(end) +
-                             ": expected to start at 0, not decrease, stay <= T = " +
+                             ": expected not to decrease, to stay <= T = " +
                              std::to_string(p.num_rows) + " and give at most seq_lens[" +
                              std::to_string(b) + "] = " + std::to_string(s) + " rows");
     }
