@@ -62,7 +62,9 @@ struct SparseAttentionPrefillArgs {
 };
 
 // Dense causal GQA over the paged cache, rows laid out as in the prefill form (a decode batch
-// is cu_seqlens_q = [0, L, 2L, ...]).
+// is cu_seqlens_q = [0, L, 2L, ...]). A request with seq_len 0 is a padded decode request
+// (spec A8): its rows, however many, give out = 0 and lse = -inf; any other request has at most
+// seq_len rows.
 struct DenseAttentionArgs {
   float softmax_scale = 0.0f;
   TensorView q;  // [T, Hq, D]

@@ -193,7 +193,8 @@ def fused_qknorm_rope(
         k_scale, v_scale: float32 fp8 scales, [] / [1] (per layer) or
             [Hkv, num_blocks * bs] (per token and head); stored = e4m3(x / scale).
         index_slot_mapping: [T] int64 or int32 (defaults to slot_mapping).
-        index_cache: [num_blocks, bs, Di] bfloat16 or float8_e4m3fn (no scale). Modified.
+        index_cache: [num_blocks, bs, Di] bfloat16 or float8_e4m3fn (no scale). Modified in
+            sparse mode; accepted and left untouched in skip_index mode (dense: not allowed).
         q_out: [T, Hq, D] or [T, Hq * D], qkv's dtype. Written.
         index_q_out: [T, H_idx, Di] or [T, H_idx * Di], bfloat16 or float8_e4m3fn. Written.
         error_flags: [1] int32; device-side range errors OR bits into it (msa DeviceError).
@@ -472,7 +473,8 @@ def batch_metadata(
         token_position: [max_tokens] int32. Written.
         slot_mapping: [max_tokens] int64. Written.
         index_slot_mapping: [max_tokens] int64 (needs index_block_table). Written.
-        totals: [4] int32: num_decode_tokens, num_prefill_tokens, num_tokens, total_kv_blocks.
+        totals: [4] int32: num_decode_tokens, num_prefill_tokens, num_tokens, total_kv_blocks
+            (ceil(seq_len / block_size) summed over the prefill requests).
         error_flags, workspace: as above.
     """
     _run("batch_metadata", query_lens.device, locals())

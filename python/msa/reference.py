@@ -470,7 +470,7 @@ class BatchMetadata:
     token_position: Tensor  # [max_tokens]
     slot_mapping: Tensor  # [max_tokens] int64
     index_slot_mapping: Optional[Tensor]  # [max_tokens] int64
-    totals: Tensor  # [4]: decode tokens, prefill tokens, tokens, kv blocks
+    totals: Tensor  # [4]: decode tokens, prefill tokens, tokens, prefill requests' kv blocks
 
 
 @mirrors(_ops.batch_metadata)
@@ -519,7 +519,7 @@ def batch_metadata(
             torch.tensor(index_slots, dtype=torch.int64) if index_block_table is not None else None
         ),
         totals=torch.tensor(
-            [nd * dl, sum(q_lens[nd:]), nd * dl + sum(q_lens[nd:]), sum(blocks)], dtype=i32
+            [nd * dl, sum(q_lens[nd:]), nd * dl + sum(q_lens[nd:]), sum(blocks[nd:])], dtype=i32
         ),
     )
 

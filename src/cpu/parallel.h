@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 
 #include "msa/types.h"
 
@@ -18,9 +17,22 @@ constexpr int kMaxThreads = 64;
 // clamped to [1, kMaxThreads].
 int resolve_threads(const Stream& stream);
 
-// Calls fn(begin, end, thread_index) for each chunk; returns when all are done.
-void parallel_for(int64_t n, const Stream& stream,
-                  const std::function<void(int64_t begin, int64_t end, int thread)>& fn);
+// parallel_for's untemplated part: call(fn, begin, end, thread) per chunk.
+using ChunkFn = void (*)(const void* fn, int64_t begin, int64_t end, int thread);
+Status run_chunks(int64_t n, const Stream& stream, ChunkFn call, const void* fn);
+
+// Calls fn(begin, end, thread_index) for each chunk and returns when all are done. Every worker
+// thread is started before any chunk runs, so when one cannot be created (the system is out of
+// threads or memory) no chunk runs at all and the result is kInternal; nothing is thrown.
+template <typename Fn>
+[[nodiscard]] Status parallel_for(int64_t n, const Stream& stream, const Fn& fn) {
+  return run_chunks(
+      n, stream,
+      [](const void* f, int64_t begin, int64_t end, int thread) {
+        (*static_cast<const Fn*>(f))(begin, end, thread);
+      },
+      &fn);
+}
 
 }  // namespace cpu
 }  // namespace msa

@@ -1,6 +1,8 @@
 // cpu::parallel_for: every index is visited exactly once, by contiguous chunks, for any thread
-// count (the basis of the CPU backend's thread-count-independent results).
+// count (the basis of the CPU backend's thread-count-independent results), and a worker thread
+// that cannot be created is a status, not an exception.
 #include <gtest/gtest.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <cstdint>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "cpu/parallel.h"
+#include "msa/fused_qknorm_rope.h"
 
 namespace msa {
 namespace cpu {
@@ -24,7 +27,7 @@ TEST(ParallelFor, CoversEachIndexOnce) {
       std::atomic<int> calls{0};
       Stream stream;
       stream.cpu_threads = threads;
-      parallel_for(n, stream, [&](int64_t begin, int64_t end, int thread) {
+      const Status st = parallel_for(n, stream, [&](int64_t begin, int64_t end, int thread) {
         EXPECT_LE(0, begin);
         EXPECT_LE(begin, end);
         EXPECT_LE(end, n);
@@ -35,6 +38,7 @@ TEST(ParallelFor, CoversEachIndexOnce) {
         }
         for (int64_t i = begin; i < end; ++i) ++visits[static_cast<size_t>(i)];
       });
+      EXPECT_TRUE(st.ok()) << st.to_string();
       for (int64_t i = 0; i < n; ++i) {
         ASSERT_EQ(visits[static_cast<size_t>(i)].load(), 1)
             << "threads " << threads << " n " << n << " index " << i;
@@ -58,6 +62,86 @@ TEST(ParallelFor, ResolveThreadsClamps) {
   s.cpu_threads = 0;
   EXPECT_GE(resolve_threads(s), 1);
   EXPECT_LE(resolve_threads(s), kMaxThreads);
+}
+
+TEST(ParallelFor, ChunksOfHugeRangesDoNotOverflow) {
+  // n * t would overflow int64; the chunk bounds must still be n * t / threads.
+  const int64_t n = INT64_MAX - 1;
+  std::vector<int64_t> begins(4, -1), ends(4, -1);
+  Stream stream;
+  stream.cpu_threads = 4;
+  const Status st = parallel_for(n, stream, [&](int64_t begin, int64_t end, int thread) {
+    begins[static_cast<size_t>(thread)] = begin;
+    ends[static_cast<size_t>(thread)] = end;
+  });
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(begins[0], 0);
+  for (size_t t = 1; t < 4; ++t) EXPECT_EQ(begins[t], ends[t - 1]);
+  EXPECT_EQ(ends[3], n);
+  EXPECT_EQ(begins[1], n / 4);
+}
+
+// While alive, creating a thread fails: the default stack size of new threads is larger than
+// any address space (glibc's pthread_setattr_default_np), so std::thread throws
+// std::system_error. The previous default is restored on destruction.
+class NoNewThreads {
+ public:
+  NoNewThreads() {
+    active_ = pthread_getattr_default_np(&saved_) == 0;
+    pthread_attr_t huge;
+    active_ = active_ && pthread_attr_init(&huge) == 0;
+    active_ = active_ && pthread_attr_setstacksize(&huge, size_t{1} << 46) == 0 &&
+              pthread_setattr_default_np(&huge) == 0;
+  }
+  ~NoNewThreads() { pthread_setattr_default_np(&saved_); }
+  NoNewThreads(const NoNewThreads&) = delete;
+  NoNewThreads& operator=(const NoNewThreads&) = delete;
+  bool active() const { return active_; }
+
+ private:
+  pthread_attr_t saved_;
+  bool active_ = false;
+};
+
+TEST(ParallelFor, ThreadCreationFailureIsAStatus) {
+  std::atomic<int> calls{0};
+  Stream stream;
+  stream.cpu_threads = 4;
+  Status st;
+  {
+    NoNewThreads guard;
+    ASSERT_TRUE(guard.active());
+    st = parallel_for(100, stream, [&](int64_t, int64_t, int) { ++calls; });
+  }
+  EXPECT_EQ(st.code(), StatusCode::kInternal) << st.to_string();
+  EXPECT_NE(st.message().find("worker thread"), std::string::npos) << st.to_string();
+  EXPECT_EQ(calls.load(), 0) << "no chunk may run when a worker is missing";
+  // A single thread needs no worker.
+  stream.cpu_threads = 1;
+  {
+    NoNewThreads guard;
+    st = parallel_for(100, stream, [&](int64_t, int64_t, int) { ++calls; });
+  }
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(calls.load(), 1);
+}
+
+TEST(ParallelFor, OpsReturnTheStatusAndWriteNothing) {
+  // "Ops throw nothing": a CPU op whose worker threads cannot start returns kInternal.
+  std::vector<float> table(64 * 8, 7.0f);
+  RopeCacheArgs args;
+  args.cos_sin_out = make_tensor(table.data(), DType::kF32, {64, 8});
+  Stream stream;
+  stream.cpu_threads = 4;
+  Status st;
+  {
+    NoNewThreads guard;
+    ASSERT_TRUE(guard.active());
+    st = run(args, Workspace{}, stream);
+  }
+  EXPECT_EQ(st.code(), StatusCode::kInternal) << st.to_string();
+  for (float x : table) ASSERT_EQ(x, 7.0f);
+  EXPECT_TRUE(run(args, Workspace{}, stream).ok());
 }
 
 }  // namespace
