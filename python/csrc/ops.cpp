@@ -29,8 +29,8 @@ using torch::stable::detail::to;
 // ---- the table's vocabulary ----------------------------------------------------------------
 
 // kTensor: one schema argument; kKvCache: three (the cache, then "Tensor? k_scale" and
-// "Tensor? v_scale"); kInt / kFloat: one scalar, after the workspace.
-enum class Kind { kTensor, kKvCache, kInt, kFloat };
+// "Tensor? v_scale"); kInt / kFloat / kBool: one scalar, after the workspace.
+enum class Kind { kTensor, kKvCache, kInt, kFloat, kBool };
 enum Flags : unsigned { kRead = 0, kOptional = 1, kWritten = 2 };
 
 // One decoded argument, as a field's setter sees it.
@@ -65,6 +65,11 @@ void set_kv_cache(A& a, const Value& v) {
 template <typename A, int A::*M>
 void set_int(A& a, const Value& v) {
   a.*M = static_cast<int>(v.i);
+}
+
+template <typename A, bool A::*M>
+void set_bool(A& a, const Value& v) {
+  a.*M = v.i != 0;
 }
 
 template <typename A, float A::*M>
@@ -108,6 +113,8 @@ void set_mode(msa::FusedQkNormRopeArgs& a, const Value& v) {
   Field<A> { Kind::kInt, #m, kRead, &set_int<A, &A::m> }
 #define MSA_FLOAT(m) \
   Field<A> { Kind::kFloat, #m, kRead, &set_float<A, &A::m> }
+#define MSA_BOOL(m) \
+  Field<A> { Kind::kBool, #m, kRead, &set_bool<A, &A::m> }
 #define MSA_TOPK_PARAMS                                                                        \
   Field<A>{Kind::kInt, "topk", kRead, &set_topk_param<A, &msa::IndexTopkParams::topk>},        \
       Field<A>{Kind::kInt, "init_blocks", kRead,                                               \
@@ -160,8 +167,9 @@ struct IndexTopkDecode {
   using A = msa::IndexTopkDecodeArgs;
   static constexpr const char* kName = "index_topk_decode";
   static constexpr Field<A> kFields[] = {
-      MSA_IN(index_q),   MSA_IN(index_cache),      MSA_IN(block_table), MSA_IN(seq_lens),
-      MSA_OUT(topk_out), MSA_OPT_OUT(error_flags), MSA_INT(query_len),  MSA_TOPK_PARAMS,
+      MSA_IN(index_q),    MSA_IN(index_cache), MSA_IN(block_table),
+      MSA_IN(seq_lens),   MSA_OUT(topk_out),   MSA_OPT_OUT(error_flags),
+      MSA_INT(query_len), MSA_TOPK_PARAMS,     MSA_BOOL(batch_invariant),
   };
 };
 
@@ -169,8 +177,9 @@ struct IndexTopkPrefill {
   using A = msa::IndexTopkPrefillArgs;
   static constexpr const char* kName = "index_topk_prefill";
   static constexpr Field<A> kFields[] = {
-      MSA_IN(index_q),  MSA_IN(index_cache), MSA_IN(block_table),      MSA_IN(cu_seqlens_q),
-      MSA_IN(seq_lens), MSA_OUT(topk_out),   MSA_OPT_OUT(error_flags), MSA_TOPK_PARAMS,
+      MSA_IN(index_q),          MSA_IN(index_cache), MSA_IN(block_table),
+      MSA_IN(cu_seqlens_q),     MSA_IN(seq_lens),    MSA_OUT(topk_out),
+      MSA_OPT_OUT(error_flags), MSA_TOPK_PARAMS,     MSA_BOOL(batch_invariant),
   };
 };
 
@@ -188,11 +197,17 @@ struct SparseAttentionDecode {
   using A = msa::SparseAttentionDecodeArgs;
   static constexpr const char* kName = "sparse_attention_decode";
   static constexpr Field<A> kFields[] = {
-      MSA_IN(q),           MSA_KV_IN(kv_cache),
-      MSA_IN(block_table), MSA_IN(seq_lens),
-      MSA_IN(topk),        MSA_OUT(out),
-      MSA_OPT_OUT(lse),    MSA_OPT_OUT(error_flags),
-      MSA_INT(query_len),  MSA_FLOAT(softmax_scale),
+      MSA_IN(q),
+      MSA_KV_IN(kv_cache),
+      MSA_IN(block_table),
+      MSA_IN(seq_lens),
+      MSA_IN(topk),
+      MSA_OUT(out),
+      MSA_OPT_OUT(lse),
+      MSA_OPT_OUT(error_flags),
+      MSA_INT(query_len),
+      MSA_FLOAT(softmax_scale),
+      MSA_BOOL(batch_invariant),
   };
 };
 
@@ -210,6 +225,7 @@ struct SparseAttentionPrefill {
       MSA_OPT_OUT(lse),
       MSA_OPT_OUT(error_flags),
       MSA_FLOAT(softmax_scale),
+      MSA_BOOL(batch_invariant),
   };
 };
 
@@ -226,6 +242,7 @@ struct DenseAttention {
       MSA_OPT_OUT(lse),
       MSA_OPT_OUT(error_flags),
       MSA_FLOAT(softmax_scale),
+      MSA_BOOL(batch_invariant),
   };
 };
 
@@ -262,11 +279,12 @@ struct BatchMetadata {
 #undef MSA_KV_OPT_OUT
 #undef MSA_INT
 #undef MSA_FLOAT
+#undef MSA_BOOL
 #undef MSA_TOPK_PARAMS
 
 // ---- what the templates derive from an entry -----------------------------------------------
 
-bool is_scalar(Kind k) { return k == Kind::kInt || k == Kind::kFloat; }
+bool is_scalar(Kind k) { return k == Kind::kInt || k == Kind::kFloat || k == Kind::kBool; }
 
 // Schema arguments a field takes.
 int width(Kind k) { return k == Kind::kKvCache ? 3 : 1; }
@@ -308,6 +326,9 @@ std::string schema(bool size_form) {
       case Kind::kFloat:
         append(scalars, std::string("float ") + f.name);
         break;
+      case Kind::kBool:  // optional in calls, so positional callers may leave it out
+        append(scalars, std::string("bool ") + f.name + "=False");
+        break;
     }
   }
   if (size_form) {
@@ -348,6 +369,8 @@ struct Kernels {
       v.name = f.name;
       if (f.kind == Kind::kInt) {
         v.i = to<int64_t>(stack[pos++]);
+      } else if (f.kind == Kind::kBool) {
+        v.i = to<bool>(stack[pos++]) ? 1 : 0;
       } else {
         v.f = to<double>(stack[pos++]);
       }

@@ -245,6 +245,7 @@ def index_topk_decode(
     local_blocks: int = 1,
     error_flags: Optional[Tensor] = None,
     workspace: Optional[Tensor] = None,
+    batch_invariant: bool = False,
 ) -> None:
     """Index scores and top-k block selection for decode rows (A2-A4, A8).
 
@@ -263,6 +264,8 @@ def index_topk_decode(
         init_blocks, local_blocks: forced leading / trailing blocks.
         error_flags: [1] int32, optional.
         workspace: uint8 scratch, or None to allocate one.
+        batch_invariant: when True, each request's results are bitwise the same whatever
+            else is in the batch (see msa/attention.h; may be slower on CUDA).
     """
     _run("index_topk_decode", index_q.device, locals())
 
@@ -280,6 +283,7 @@ def index_topk_prefill(
     local_blocks: int = 1,
     error_flags: Optional[Tensor] = None,
     workspace: Optional[Tensor] = None,
+    batch_invariant: bool = False,
 ) -> None:
     """Index scores and top-k block selection for prefill rows (chunked prefill with prefix).
 
@@ -295,6 +299,8 @@ def index_topk_prefill(
         topk_out: [H_idx, >= T, K] int32; pass ``topk_buffer[:, num_decode_tokens:]`` so the
             prefill rows follow the decode rows in the shared buffer.
         topk, init_blocks, local_blocks, error_flags, workspace: as ``index_topk_decode``.
+        batch_invariant: when True, each request's results are bitwise the same whatever
+            else is in the batch (see msa/attention.h; may be slower on CUDA).
     """
     _run("index_topk_prefill", index_q.device, locals())
 
@@ -347,6 +353,7 @@ def sparse_attention_decode(
     lse: Optional[Tensor] = None,
     error_flags: Optional[Tensor] = None,
     workspace: Optional[Tensor] = None,
+    batch_invariant: bool = False,
 ) -> None:
     """Sparse attention of decode rows over the selected blocks (A5, A8).
 
@@ -366,6 +373,8 @@ def sparse_attention_decode(
         k_scale, v_scale: fp8 cache scales (see ``fused_qknorm_rope``).
         lse: [T, Hq] float32, natural-log log-sum-exp. Written when given.
         error_flags, workspace: as above.
+        batch_invariant: when True, each request's results are bitwise the same whatever
+            else is in the batch (see msa/attention.h; may be slower on CUDA).
     """
     _run("sparse_attention_decode", q.device, locals())
 
@@ -385,6 +394,7 @@ def sparse_attention_prefill(
     lse: Optional[Tensor] = None,
     error_flags: Optional[Tensor] = None,
     workspace: Optional[Tensor] = None,
+    batch_invariant: bool = False,
 ) -> None:
     """Sparse attention of prefill rows (A5); rows past cu_seqlens_q[B] give zeros.
 
@@ -397,6 +407,8 @@ def sparse_attention_prefill(
         topk: [Hkv, >= T, K] int32; ``topk_buffer[:, num_decode_tokens:]``.
         out: [T, Hq, D]. Written.
         softmax_scale, k_scale, v_scale, lse, error_flags, workspace: as the decode form.
+        batch_invariant: when True, each request's results are bitwise the same whatever
+            else is in the batch (see msa/attention.h; may be slower on CUDA).
     """
     _run("sparse_attention_prefill", q.device, locals())
 
@@ -415,6 +427,7 @@ def dense_attention(
     lse: Optional[Tensor] = None,
     error_flags: Optional[Tensor] = None,
     workspace: Optional[Tensor] = None,
+    batch_invariant: bool = False,
 ) -> None:
     """Dense causal GQA over the paged cache (layers 0-2), rows laid out as prefill rows.
 
@@ -424,6 +437,8 @@ def dense_attention(
         q: [T, Hq, D]; kv_cache, block_table, cu_seqlens_q, seq_lens, out, lse: as
             ``sparse_attention_prefill``. softmax_scale, k_scale, v_scale, error_flags,
             workspace: as above.
+        batch_invariant: when True, each request's results are bitwise the same whatever
+            else is in the batch (see msa/attention.h; may be slower on CUDA).
     """
     _run("dense_attention", q.device, locals())
 

@@ -158,6 +158,8 @@ def workspace_bytes(
     td = rd * dl
     norm_w = _meta(d, dtype=torch.float32)
     index_norm_w = _meta(di, dtype=torch.float32)
+    # The attention and index ops are sized in both modes (batch_invariant False and True: the
+    # invariant split plans can need more partials).
     sizes = [
         _size(
             "fused_qknorm_rope",
@@ -166,31 +168,36 @@ def workspace_bytes(
             index_norm_w, index_norm_w, _meta(t, dtype=i64), kv_cache, *scales,
             _meta(t, dtype=i64), index_cache, q, index_q, flags, int(PreAttentionMode.SPARSE),
             hq, hkv, hi, c.rotary_dim, 1e-6),
-        _size(
+        *(_size(
             "index_topk_decode",
             dev, _meta(td, hi, di, dtype=index_dtype), index_cache, _meta(rd, mb, dtype=i32),
-            _meta(rd, dtype=i32), topk, flags, dl, c.topk, 0, 1),
-        _size(
+            _meta(rd, dtype=i32), topk, flags, dl, c.topk, 0, 1, inv)
+          for inv in (False, True)),
+        *(_size(
             "index_topk_prefill",
-            dev, index_q, index_cache, table, cu, seq_lens, topk, flags, c.topk, 0, 1),
+            dev, index_q, index_cache, table, cu, seq_lens, topk, flags, c.topk, 0, 1, inv)
+          for inv in (False, True)),
         _size(
             "sparse_page16",
             dev, _meta(hkv, td, c.topk, dtype=i32), _meta(rd, mb, dtype=i32),
             _meta(rd, dtype=i32), _meta(td * hkv, c.topk * c.block_size // 16, dtype=i32),
             _meta(td * hkv, dtype=i32), flags, dl, 8, c.block_size),
-        _size(
+        *(_size(
             "sparse_attention_decode",
             dev, _meta(td, hq, d, dtype=dtype), kv_cache, *scales, _meta(rd, mb, dtype=i32),
             _meta(rd, dtype=i32), _meta(hkv, td, c.topk, dtype=i32),
             _meta(td, hq, d, dtype=out_dtype), _meta(td, hq, dtype=torch.float32), flags, dl,
-            0.0),
-        _size(
+            0.0, inv)
+          for inv in (False, True)),
+        *(_size(
             "sparse_attention_prefill",
             dev, q, kv_cache, *scales, table, cu, seq_lens, _meta(hkv, t, c.topk, dtype=i32),
-            out, lse, flags, 0.0),
-        _size(
+            out, lse, flags, 0.0, inv)
+          for inv in (False, True)),
+        *(_size(
             "dense_attention",
-            dev, q, kv_cache, *scales, table, cu, seq_lens, out, lse, flags, 0.0),
+            dev, q, kv_cache, *scales, table, cu, seq_lens, out, lse, flags, 0.0, inv)
+          for inv in (False, True)),
         _size(
             "batch_metadata",
             dev, seq_lens, seq_lens, table, table, cu, cu, cu, seq_lens, seq_lens,

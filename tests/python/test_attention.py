@@ -126,3 +126,27 @@ def test_sparse_equals_dense_for_short_contexts() -> None:
                         cu_seqlens_q=torch.tensor([0, 1, 2], dtype=torch.int32), seq_lens=lens,
                         out=dense)
     assert_close(sparse, dense, atol=1e-5, what="sparse vs dense")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_batch_invariant_request_alone_and_in_a_batch(device) -> None:
+    """batch_invariant=True: a decode request's rows are bitwise the same alone and batched."""
+    gen, cache, k_scale, v_scale = cache_case(device, "packed", torch.bfloat16, "none", 7)
+    seq_lens = [900, 40, 2100, 0, 333]
+    table = paged_block_table(seq_lens, NUM_BLOCKS, gen, device)
+    lens = torch.tensor(seq_lens, dtype=torch.int32, device=device)
+    rows = ref.decode_rows(lens.cpu(), 1)
+    q = randn(len(rows), HQ, D, gen=gen, device=device)
+    topk = random_topk(rows, HKV, CAPACITY, gen).to(device)
+    out = torch.empty(len(rows), HQ, D, dtype=torch.float32, device=device)
+    lse = torch.empty(len(rows), HQ, dtype=torch.float32, device=device)
+    msa.sparse_attention_decode(q=q, kv_cache=cache, block_table=table, seq_lens=lens, topk=topk,
+                                out=out, lse=lse, batch_invariant=True)
+    for b in range(len(seq_lens)):
+        one = torch.empty(1, HQ, D, dtype=torch.float32, device=device)
+        one_lse = torch.empty(1, HQ, dtype=torch.float32, device=device)
+        msa.sparse_attention_decode(q=q[b:b + 1], kv_cache=cache, block_table=table[b:b + 1],
+                                    seq_lens=lens[b:b + 1], topk=topk[:, b:b + 1], out=one,
+                                    lse=one_lse, batch_invariant=True)
+        assert torch.equal(one, out[b:b + 1]), f"request {b}: out differs"
+        assert torch.equal(one_lse, lse[b:b + 1]), f"request {b}: lse differs"
