@@ -129,6 +129,9 @@ def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--tiny", action="store_true", help="small grid (CPU testing / smoke run)")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="run the index and attention ops with batch_invariant=True (their cost "
+                   "against a run without it)")
     a = p.parse_args(argv)
     a.contexts = parse_list(a.contexts) if a.contexts else (
         [1024, 4096] if a.tiny else [8192, 32768, 131072, 524288])
@@ -356,7 +359,8 @@ class Group:
 class Config:
     """Per-configuration inputs, buffers and the three msa stages as closures."""
 
-    def __init__(self, g: Group, qlen: int, ragged: bool, seed: int, msa: Any) -> None:
+    def __init__(self, g: Group, qlen: int, ragged: bool, seed: int, msa: Any,
+                 batch_invariant: bool = False) -> None:
         self.g, self.qlen, self.ragged = g, qlen, ragged
         b, dev = g.batch, g.device
         if ragged:
@@ -405,13 +409,14 @@ class Config:
             msa.index_topk_decode(
                 index_q=self.index_q, index_cache=g.index, block_table=g.block_table,
                 seq_lens=self.seq_lens, topk_out=self.topk, query_len=qlen, topk=TOPK,
-                error_flags=self.flags, workspace=self.workspace)
+                error_flags=self.flags, workspace=self.workspace, batch_invariant=batch_invariant)
 
         def attn() -> None:
             msa.sparse_attention_decode(
                 q=self.q, kv_cache=g.kv, block_table=g.block_table, seq_lens=self.seq_lens,
                 topk=self.topk, out=self.out, query_len=qlen, k_scale=g.k_scale,
-                v_scale=g.v_scale, error_flags=self.flags, workspace=self.workspace)
+                v_scale=g.v_scale, error_flags=self.flags, workspace=self.workspace,
+                batch_invariant=batch_invariant)
 
         def step() -> None:
             insert()
@@ -904,7 +909,7 @@ def run_config(g: Group, qlen: int, ragged: bool, args: argparse.Namespace, time
           f"{g.dtype_name}"
     cfg = None
     try:
-        cfg = Config(g, qlen, ragged, seed, msa)
+        cfg = Config(g, qlen, ragged, seed, msa, args.batch_invariant)
         row["seq_lens"] = {"min": min(cfg.lens_host), "max": max(cfg.lens_host),
                            "sum": sum(cfg.lens_host)}
         if len(cfg.lens_host) <= 16:
