@@ -43,24 +43,6 @@ __device__ __forceinline__ float to_float(uint8_t v) {
   return static_cast<float>(f);
 }
 
-// Two e4m3 elements -> an f16 pair, exactly (e4m3's 3-bit mantissa and exponents 2^-9..2^8 all
-// fit f16, NaN stays NaN), in one instruction: the element in the pair's lower byte goes to the
-// lower half. kHigh picks the word's upper pair, which the conversion reads in place (no shift).
-template <bool kHigh>
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
-  uint32_t r;
-  if constexpr (kHigh) {
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}"
-        : "=r"(r)
-        : "r"(v));
-  } else {
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}"
-        : "=r"(r)
-        : "r"(v));
-  }
-  return r;
-}
-
 // x / d for 0 <= x < 2^32 and d >= 1: a shift where d is a power of two (block sizes, query
 // lengths and head-chunk counts usually are; the test is uniform where d is), else a 32-bit
 // division. The attention kernel's divisions sit on its path to its next loads, and a 32-bit

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "cuda/common.cuh"
+#include "cuda/mma.cuh"
 #include "cuda/row_map.cuh"
 
 namespace msa {
@@ -832,30 +833,6 @@ struct MmaKeyLoad {
   static constexpr int kLoads = 64 / (4 * kLaneElems);  // per 64-dim chunk and key row
 };
 
-__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t v) {
-  const __half2_raw h =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xFFFFu), __NV_E4M3);
-  const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(__half2(h)));
-  return *reinterpret_cast<const uint32_t*>(&b);
-}
-
-// e4m3 keys scored against e4m3 queries: both convert exactly to f16 with one instruction per
-// pair (e4m3x2_to_f16x2 in common.cuh; e4m3 -> bf16 takes a detour through f32), and the f16 MMA
-// multiplies them.
-__device__ __forceinline__ void mma_f16_m16n8k16(float* d, const uint32_t* a, uint2 b) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
-}
-
-__device__ __forceinline__ void mma_bf16_m16n8k16(float* d, const uint32_t* a, uint2 b) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
-}
-
 __device__ __forceinline__ uint32_t raw_word(uint4 r, int i) {
   return i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w;
 }
@@ -1033,7 +1010,8 @@ __device__ void cluster_select_topk(const IndexScoreParams& prm, const IndexSele
 // Same decomposition as index_score_kernel (CTA = row tile x chunk of blocks, block maxima via
 // shared-memory atomicMax over ordered floats), or with kGrid == kBalanced a share of all
 // requests' blocks; a warp scores tiles of 16 kM keys with mma.sync.
-// CH = head_dim / 64. kF16: e4m3 keys and e4m3 queries, multiplied as f16 (exact like bf16).
+// CH = head_dim / 64. kF16: e4m3 keys and e4m3 queries, multiplied as f16 (exact like bf16;
+// e4m3 -> f16 is one instruction per pair, e4m3 -> bf16 a detour through f32).
 // kGrid == kClusterSelect: selects in-cluster into *sel (cluster_select_topk) instead of writing
 // scores.
 // kNTiles: n-tiles of 8 query vectors held per segment (kMaxScoreRowHeads / 8, or 1 for the
@@ -1240,11 +1218,7 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
 #pragma unroll
               for (int n = 0; n < kNTiles; ++n) {
                 if (kNTiles == 1 || n < ntq) {  // warp-uniform; a segment has at least one n-tile
-                  if constexpr (kF16) {
-                    mma_f16_m16n8k16(acc[m][n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
-                  } else {
-                    mma_bf16_m16n8k16(acc[m][n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
-                  }
+                  mma_m16n8k16<kF16>(acc[m][n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
                 }
               }
             }

@@ -15,6 +15,7 @@
 
 #include "core/launch_policy.h"
 #include "cuda/common.cuh"
+#include "cuda/mma.cuh"
 #include "cuda/row_map.cuh"
 #include "msa/cache.h"
 
@@ -89,17 +90,6 @@ struct KvTraits<uint8_t> {
   static constexpr bool kHalfMma = true;  // e4m3 goes to f16 exactly (kv_words)
 };
 
-template <bool kHalfMma>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (kHalfMma) {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
-
 // A K or V load's MMA words (element 2i in the low half of word i): bf16/f16 caches as stored
 // (their scale mode is always none), e4m3 converted to exact f16 pairs, unscaled (the kernel's
 // kE4m3F16 path applies the scales to the logits and probabilities).
@@ -108,23 +98,6 @@ __device__ __forceinline__ uint4 kv_words(uint4 raw) { return raw; }
 __device__ __forceinline__ uint4 kv_words(uint2 raw) {
   return make_uint4(e4m3x2_to_f16x2<false>(raw.x), e4m3x2_to_f16x2<true>(raw.x),
                     e4m3x2_to_f16x2<false>(raw.y), e4m3x2_to_f16x2<true>(raw.y));
-}
-
-template <bool kHalfMma>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint4& a, uint32_t b0, uint32_t b1) {
-  if constexpr (kHalfMma) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
-  }
 }
 
 __device__ __forceinline__ float scale_at(const float* s, int64_t stride_head, int64_t stride_slot,
@@ -606,8 +579,8 @@ __global__ void __launch_bounds__(kAttnThreads)
 #pragma unroll
       for (int t = 0; t < kChunks; ++t) {
         const uint4 w = kv_words(kr[nt][t]);
-        mma_16816<kHalfMma>(s[nt], q_frag[2 * t][lane], w.x, w.y);
-        mma_16816<kHalfMma>(s[nt], q_frag[2 * t + 1][lane], w.z, w.w);
+        mma_m16n8k16<kHalfMma>(s[nt], q_frag[2 * t][lane], w.x, w.y);
+        mma_m16n8k16<kHalfMma>(s[nt], q_frag[2 * t + 1][lane], w.z, w.w);
       }
     }
 
@@ -702,7 +675,7 @@ __global__ void __launch_bounds__(kAttnThreads)
         const uint32_t sel = (nd & 1) ? 0x7632u : 0x5410u;
         const uint32_t b0 = __byte_perm(vw[0][nd >> 1], vw[1][nd >> 1], sel);
         const uint32_t b1 = __byte_perm(vw[2][nd >> 1], vw[3][nd >> 1], sel);
-        mma_16816<kHalfMma>(acc[vh * 8 + nd], pa, b0, b1);
+        mma_m16n8k16<kHalfMma>(acc[vh * 8 + nd], pa, b0, b1);
       }
     }
   };
@@ -945,22 +918,6 @@ __device__ __forceinline__ int swz(int row, int chunk) {
   return row * kBlockDim + ((chunk ^ (row & 7)) << 3);
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
 // Eight Q elements of type QT from global memory, raw (converted by q8_floats after the batch of
 // prologue loads).
 template <typename QT>
@@ -1170,8 +1127,8 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
       ldmatrix_x4(a, sQ + swz((mi & 1) * 8 + mr, 2 * ks + (mi >> 1)));
       ldmatrix_x4(b, sK + swz(16 * warp + (mi >> 1) * 8 + mr, 2 * ks + (mi & 1)));
       const uint4 av = make_uint4(a[0], a[1], a[2], a[3]);
-      mma_16816<kHalfMma>(s[0], av, b[0], b[1]);
-      mma_16816<kHalfMma>(s[1], av, b[2], b[3]);
+      mma_m16n8k16<kHalfMma>(s[0], av, b[0], b[1]);
+      mma_m16n8k16<kHalfMma>(s[1], av, b[2], b[3]);
     }
   }
   float mx[2] = {-INFINITY, -INFINITY};
@@ -1266,8 +1223,8 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
       ldmatrix_x4(a, sP + swz((mi & 1) * 8 + mr, 2 * ks + (mi >> 1)));
       ldmatrix_x4_trans(b, sV + swz(16 * ks + (mi & 1) * 8 + mr, 2 * warp + (mi >> 1)));
       const uint4 av = make_uint4(a[0], a[1], a[2], a[3]);
-      mma_16816<kHalfMma>(acc[0], av, b[0], b[1]);
-      mma_16816<kHalfMma>(acc[1], av, b[2], b[3]);
+      mma_m16n8k16<kHalfMma>(acc[0], av, b[0], b[1]);
+      mma_m16n8k16<kHalfMma>(acc[1], av, b[2], b[3]);
     }
   }
   float factor[2], lse[2];
