@@ -4,13 +4,12 @@
 //  * sparse_attention_block_kernel (8 warps; 16-bit or e4m3 K/V, head dim 128, 128-key blocks)
 //    when a split per selected block fits one resident wave (TP4 decode batch 1-16 at top-16):
 //    each CTA copies its block's K and V into shared memory at once and computes it whole, and
-//    the merge kernel combines the blocks (described with the kernel in
-//    sparse_attention_kernels.cuh);
+//    the merge kernel combines the blocks (described with the kernel in block_kernel.cuh);
 //  * sparse_attention_kernel (4 warps) otherwise, described here.
 // The G q heads of a KV head share every K/V load by forming the M dimension of
 // mma.sync.m16n8k16 (G = 16 fills it; G = 8 at TP8 pads with zero rows), so the cache bytes of a
 // row are read once per CTA, not once per head. Operands go from global memory straight into
-// MMA fragments (see the layout note in sparse_attention_kernels.cuh): no shared-memory staging,
+// MMA fragments (see the layout note in warp_kernel.cuh): no shared-memory staging,
 // no CTA barriers in the main loop, and each warp is an independent online softmax over every
 // fourth 16-key subtile. The kernel is latency-bound, so it is written for memory-level
 // parallelism: the prologue issues the top-k ids, Q and the row metadata loads together (then
@@ -58,9 +57,12 @@
 #include "core/backends.h"
 #include "core/launch_policy.h"
 #include "core/validate.h"
+#include "cuda/attention/block_kernel.cuh"
+#include "cuda/attention/merge_kernel.cuh"
+#include "cuda/attention/params.cuh"
+#include "cuda/attention/warp_kernel.cuh"
 #include "cuda/common.cuh"
 #include "cuda/prefill/prefill.h"
-#include "cuda/sparse_attention_kernels.cuh"
 #include "msa/attention.h"
 
 namespace msa {
