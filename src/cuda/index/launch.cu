@@ -90,7 +90,10 @@
 #include "core/launch_policy.h"
 #include "core/validate.h"
 #include "cuda/common.cuh"
-#include "cuda/index_topk_kernels.cuh"
+#include "cuda/index/params.cuh"
+#include "cuda/index/score_mma.cuh"
+#include "cuda/index/score_simt.cuh"
+#include "cuda/index/select.cuh"
 #include "cuda/prefill/prefill.h"
 #include "msa/indexer.h"
 
