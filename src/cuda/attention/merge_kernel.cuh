@@ -1,8 +1,12 @@
-// sparse_attention_merge_kernel: combines the normalised partial outputs of a row's splits.
+// The merges of split-K sparse attention: sparse_attention_merge_kernel, which combines the
+// normalised partial outputs of a row's splits from the workspace, and the in-cluster merge.
 #pragma once
+
+#include <cooperative_groups.h>
 
 #include <cstdint>
 
+#include "core/launch_policy.h"
 #include "cuda/attention/params.cuh"
 #include "cuda/common.cuh"
 
@@ -73,6 +77,67 @@ __global__ void sparse_attention_merge_kernel(const AttnMergeParams prm) {
     prm.lse[row * prm.lse_stride_row + head * prm.lse_stride_head] =
         empty ? -INFINITY : (m_all + log2f(w_sum)) * kLn2;
   }
+}
+
+// The in-cluster merge of sparse_attention_kernel: the splits of a (row, head chunk) are one
+// thread-block cluster (grid.z = cluster z = splits). Each CTA leaves its normalised partial
+// outputs ([head][D + 8]) and log2-sum-exps in shared memory; after the cluster barrier, split r
+// combines heads r, r + splits, ... from all splits in ascending split order
+// (load_split_partials, combine_splits), with the merge kernel's arithmetic (so both give the
+// same bits for the same splits), and no CTA exits before the others have read its shared memory
+// (leave_cluster). The scratch arrays are the caller's: declared in these functions, they
+// changed the attention kernel's register allocation.
+constexpr int kAttnMaxClusterSplits = static_cast<int>(detail::kAttnMaxClusterSplits);
+
+// Head hh's partial output (dim d) and log2-sum-exp of every split, from the splits' shared
+// memory: all are loaded before any is used (split index clamped; see "Issuing loads" in
+// common.cuh), so the combine costs one distributed-shared-memory round trip.
+template <int D>
+__device__ __forceinline__ void load_split_partials(
+    const cooperative_groups::cluster_group& cluster, const int& splits, const int& hh,
+    const int& d, float (&lse_s)[kAttnHeads], float (&part)[kAttnHeads][D + 8],
+    float (&part_lse)[kAttnMaxClusterSplits], float (&part_o)[kAttnMaxClusterSplits]) {
+#pragma unroll
+  for (int s = 0; s < kAttnMaxClusterSplits; ++s) {
+    const unsigned src = static_cast<unsigned>(min(s, splits - 1));
+    part_lse[s] = cluster.map_shared_rank(&lse_s[0], src)[hh];
+    part_o[s] = cluster.map_shared_rank(&part[0][0], src)[hh * (D + 8) + d];
+  }
+}
+
+// The combined output and LSE (natural log) of the first `splits` partials, in ascending split
+// order: 0 and -inf where no split saw a key.
+__device__ __forceinline__ void combine_splits(const float (&part_lse)[kAttnMaxClusterSplits],
+                                               const float (&part_o)[kAttnMaxClusterSplits],
+                                               const int& splits, float& out, float& lse) {
+  float m_all = -INFINITY;
+#pragma unroll
+  for (int s = 0; s < kAttnMaxClusterSplits; ++s) {
+    if (s < splits) m_all = fmaxf(m_all, part_lse[s]);
+  }
+  out = 0.0f;
+  lse = -INFINITY;
+  if (m_all != -INFINITY) {
+    float w_sum = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kAttnMaxClusterSplits; ++s) {
+      if (s < splits) {
+        const float w = exp2f(part_lse[s] - m_all);
+        w_sum += w;
+        out += w * part_o[s];
+      }
+    }
+    out /= w_sum;
+    lse = (m_all + log2f(w_sum)) * kLn2;
+  }
+}
+
+// No CTA of the cluster may exit while another still reads its shared memory. Those reads have
+// completed (their values went into this thread's output stores), so the arrive needs no release
+// fence, and a relaxed one does not wait for the output stores to be performed.
+__device__ __forceinline__ void leave_cluster() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
 }  // namespace cuda

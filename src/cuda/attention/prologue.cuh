@@ -2,6 +2,9 @@
 // resolved, Q loaded, and the row's top-k selection validated into an ascending list.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdint>
 
 #include "cuda/attention/params.cuh"
@@ -42,6 +45,44 @@ __device__ __forceinline__ void load_q_items(const SparseAttnParams& prm, int64_
       for (int e = 0; e < 4; ++e) qv[it][r][e] = real ? to_float(raw[it][r][e]) : 0.0f;
     }
   }
+}
+
+// load_q_items of Q's dtype (bf16, f16 or f32).
+template <int kQItems>
+__device__ __forceinline__ void load_q(const SparseAttnParams& prm, int64_t row, int head0, int nh,
+                                       int tid, float (&qv)[kQItems][2][4]) {
+  switch (prm.q_dtype) {
+    case DType::kBF16:
+      load_q_items<__nv_bfloat16>(prm, row, head0, nh, tid, qv);
+      break;
+    case DType::kF16:
+      load_q_items<__half>(prm, row, head0, nh, tid, qv);
+      break;
+    default:
+      load_q_items<float>(prm, row, head0, nh, tid, qv);
+      break;
+  }
+}
+
+// The row's top-k ids as build_attn_list takes them: entry e by thread e % kThreads, as
+// tk[e / kThreads]. In bounds for every row < T (topk is [Hkv, >= T, W]); padding rows ignore the
+// values, and entries e >= W (clamped here) are ignored where they are used.
+template <int kThreads, int kTkPer>
+__device__ __forceinline__ void load_topk_ids(const SparseAttnParams& prm, int kvh, int64_t row,
+                                              int tid, int32_t (&tk)[kTkPer]) {
+  const int W = prm.topk_width;  // >= 1 (validated)
+#pragma unroll
+  for (int r = 0; r < kTkPer; ++r) {
+    tk[r] = __ldg(prm.topk + kvh * prm.tk_stride_head + row * prm.tk_stride_row +
+                  min(tid + r * kThreads, W - 1) * prm.tk_stride_col);
+  }
+}
+
+// The largest of x over the warp (fmaxf: NaNs drop out).
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xFFFFFFFFu, x, o));
+  return x;
 }
 
 // The (row, KV head, head chunk, split) of an attention CTA (grid x, y = KV head x head chunk,
