@@ -313,19 +313,8 @@ Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
   prm.block_table = pb.block_table.ptr<const int32_t>();
   prm.bt_stride_req = pb.block_table.strides[0];
   prm.bt_stride_block = pb.block_table.strides[1];
-  RowMap rows;
-  rows.seq_lens = pb.seq_lens.ptr<const int32_t>();
-  rows.seq_lens_stride = pb.seq_lens.strides[0];
-  if (pb.query_len == 0) {
-    rows.cu_seqlens_q = pb.cu_seqlens_q.ptr<const int32_t>();
-    rows.cu_stride = pb.cu_seqlens_q.strides[0];
-  }
-  rows.num_requests = static_cast<int32_t>(pb.seq_lens.shape[0]);
-  rows.query_len = pb.query_len > 0 ? pb.query_len : 1;
-  rows.num_rows = T;
-  rows.max_blocks = pb.block_table.shape[1];
-  rows.block_size = static_cast<int32_t>(pb.kv.block_size());
-  prm.rows = rows;
+  prm.rows = make_row_map(pb.seq_lens, pb.cu_seqlens_q, pb.query_len, T, pb.block_table.shape[1],
+                          pb.kv.block_size());
   prm.topk = pb.topk.ptr<const int32_t>();
   prm.tk_stride_head = pb.topk.strides[0];
   prm.tk_stride_row = pb.topk.strides[1];

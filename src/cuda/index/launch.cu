@@ -440,18 +440,8 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
   }
   const auto cuda_stream = static_cast<cudaStream_t>(stream.cuda_stream);
 
-  RowMap rows;
-  rows.seq_lens = pb.seq_lens.ptr<const int32_t>();
-  rows.seq_lens_stride = pb.seq_lens.strides[0];
-  if (pb.query_len == 0) {
-    rows.cu_seqlens_q = pb.cu_seqlens_q.ptr<const int32_t>();
-    rows.cu_stride = pb.cu_seqlens_q.strides[0];
-  }
-  rows.num_requests = static_cast<int32_t>(pb.seq_lens.shape[0]);
-  rows.query_len = pb.query_len > 0 ? pb.query_len : 1;
-  rows.num_rows = T;
-  rows.max_blocks = pb.max_blocks();
-  rows.block_size = static_cast<int32_t>(pb.index_cache.shape[1]);
+  const RowMap rows =
+      make_row_map(pb.seq_lens, pb.cu_seqlens_q, pb.query_len, T, pb.max_blocks(), pb.block_size());
   int32_t* flags = pb.error_flags.defined() ? pb.error_flags.ptr<int32_t>() : nullptr;
   auto* scores = static_cast<float*>(workspace.data);
 

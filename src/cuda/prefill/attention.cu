@@ -140,16 +140,8 @@ Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream str
   const auto cuda_stream = stream_of(stream);
   const int64_t T = pb.q.shape[0];
   const int64_t hq = pb.q.shape[1], hkv = pb.kv.num_kv_heads();
-  RowMap rows;
-  rows.seq_lens = pb.seq_lens.ptr<const int32_t>();
-  rows.seq_lens_stride = pb.seq_lens.strides[0];
-  rows.cu_seqlens_q = pb.cu_seqlens_q.ptr<const int32_t>();
-  rows.cu_stride = pb.cu_seqlens_q.strides[0];
-  rows.num_requests = static_cast<int32_t>(pb.seq_lens.shape[0]);
-  rows.query_len = 1;
-  rows.num_rows = T;
-  rows.max_blocks = pb.block_table.shape[1];
-  rows.block_size = static_cast<int32_t>(pb.kv.block_size());
+  const RowMap rows =
+      make_row_map(pb.seq_lens, pb.cu_seqlens_q, 0, T, pb.block_table.shape[1], pb.kv.block_size());
   int32_t* flags = pb.error_flags.defined() ? pb.error_flags.ptr<int32_t>() : nullptr;
   auto* offsets = static_cast<int32_t*>(workspace.data);
   const int32_t tq = tile_tokens(pb);
