@@ -13,6 +13,7 @@
 
 #include "core/launch_policy.h"
 #include "cuda/common.cuh"
+#include "cuda/index/block_maxima.cuh"
 #include "cuda/index/cluster_select.cuh"
 #include "cuda/index/params.cuh"
 #include "cuda/index/select.cuh"
@@ -288,9 +289,7 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
               prm.block_table[info.req * prm.bt_stride_req + (b0 + i) * prm.bt_stride_block];
         }
       }
-      for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
-        block_max[i] = ordered_f32(-INFINITY);
-      }
+      clear_block_maxima(block_max, nblk * nrh);
       __syncthreads();
 
       // A warp's tiles are (bl, tin): 16 kM-key tile tin of the chunk's block bl, stepping by
@@ -538,15 +537,7 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
       // In-cluster selection (decode: one segment) reads the block maxima where they are.
       if constexpr (!kClusterSelect) {
         allow_dependent_launch();  // the select kernel may start; it waits for the writes below
-        for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
-          const int bl = i / nrh, rh = i - bl * nrh;
-          const int64_t row = row0 + rh / H;
-          const int64_t pos = info.pos_base + row;
-          const int64_t b = b0 + bl;
-          if (pos >= 0 && b <= pos / bs) {
-            prm.scores[((rh % H) * T + row) * max_blocks + b] = unordered_f32(block_max[i]);
-          }
-        }
+        write_block_maxima(prm, block_max, info, row0, b0, nblk, nrh, H, bs, T, max_blocks);
       }
       row0 = row1;
     }

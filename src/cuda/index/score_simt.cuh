@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "cuda/common.cuh"
+#include "cuda/index/block_maxima.cuh"
 #include "cuda/index/params.cuh"
 #include "cuda/row_map.cuh"
 
@@ -102,9 +103,7 @@ __global__ void __launch_bounds__(kScoreThreads, 2) index_score_kernel(const Ind
           prm.index_q, prm.q_dtype,
           row * prm.q_stride_row + (rh % H) * prm.q_stride_head + d * prm.q_stride_dim);
     }
-    for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
-      block_max[i] = ordered_f32(-INFINITY);
-    }
+    clear_block_maxima(block_max, nblk * nrh);
     for (int i = threadIdx.x; i < nblk; i += kScoreThreads) {
       s_page[i] = prm.block_table[info.req * prm.bt_stride_req + (b0 + i) * prm.bt_stride_block];
     }
@@ -185,15 +184,7 @@ __global__ void __launch_bounds__(kScoreThreads, 2) index_score_kernel(const Ind
     }
     __syncthreads();
     allow_dependent_launch();  // the select kernel may start; it waits for the writes below
-    for (int i = threadIdx.x; i < nblk * nrh; i += kScoreThreads) {
-      const int bl = i / nrh, rh = i - bl * nrh;
-      const int64_t row = row0 + rh / H;
-      const int64_t pos = info.pos_base + row;
-      const int64_t b = b0 + bl;
-      if (pos >= 0 && b <= pos / bs) {
-        prm.scores[((rh % H) * T + row) * max_blocks + b] = unordered_f32(block_max[i]);
-      }
-    }
+    write_block_maxima(prm, block_max, info, row0, b0, nblk, nrh, H, bs, T, max_blocks);
     row0 = row1;
   }
 }
