@@ -10,6 +10,7 @@
 
 #include "cuda/attention/params.cuh"
 #include "cuda/attention/prologue.cuh"
+#include "cuda/attention/softmax.cuh"
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 
@@ -73,6 +74,173 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8], float mul) {
       pack2<kHalfMma>(f[4] * mul, f[5] * mul), pack2<kHalfMma>(f[6] * mul, f[7] * mul));
 }
 
+// Per-token-head scales: the K and V scales of the keys of this lane's logits, 16 warp + 8 (i /
+// 2) + 2c + i % 2, issued with the block's loads. Keys past the position take 0 (their scale
+// slots may hold anything; their probabilities are 0).
+__device__ __forceinline__ void load_block_token_scales(const SparseAttnParams& prm, const int& kvh,
+                                                        const int64_t& page, const int& n_keys,
+                                                        const int& warp, const int& c,
+                                                        float (&ksc)[4], float (&vsc)[4]) {
+  const int64_t slot0 = page * kBlockKeys;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int key = 16 * warp + 8 * (i >> 1) + 2 * c + (i & 1);
+    ksc[i] = vsc[i] = 0.0f;
+    if (key < n_keys) {
+      ksc[i] = scale_at(prm.k_scale, prm.ks_stride_head, prm.ks_stride_slot, kvh, slot0 + key);
+      vsc[i] = scale_at(prm.v_scale, prm.vs_stride_head, prm.vs_stride_slot, kvh, slot0 + key);
+    }
+  }
+}
+
+// Issues the copies of the block's K and V (keys [0, n_keys); the rest are zero-filled): thread t
+// copies chunk t % 16 of keys t / 16 + 16 i, so a warp's copies are 2 whole rows. 16-bit K/V go
+// to shared memory by cp.async, K then V as one commit group each, and the call returns once K
+// has arrived; e4m3 K/V are loaded into registers (k_raw, v_raw), K converted to f16 into sK,
+// V kept in v_raw until after QK^T.
+template <typename CacheT>
+__device__ __forceinline__ void copy_block_kv(const SparseAttnParams& prm, const int& kvh,
+                                              const int64_t& page, const int& n_keys,
+                                              const int& tid, const int& q_chunk, uint16_t* sK,
+                                              uint16_t* sV, uint2 (&k_raw)[kBlockKeys / 16],
+                                              uint2 (&v_raw)[kBlockKeys / 16]) {
+  const CacheT* kb =
+      static_cast<const CacheT*>(prm.k) + kvh * prm.k_stride_head + page * prm.k_stride_page;
+  const CacheT* vb =
+      static_cast<const CacheT*>(prm.v) + kvh * prm.v_stride_head + page * prm.v_stride_page;
+  const int k_tok = static_cast<int>(prm.k_stride_tok);
+  const int v_tok = static_cast<int>(prm.v_stride_tok);
+  if constexpr (std::is_same_v<CacheT, uint8_t>) {
+#pragma unroll
+    for (int i = 0; i < kBlockKeys / 16; ++i) {
+      const int key = (tid >> 4) + 16 * i;
+      k_raw[i] = v_raw[i] = make_uint2(0, 0);
+      if (key < n_keys) {
+        k_raw[i] = ld_raw_v2(kb + key * k_tok + 8 * q_chunk);
+        v_raw[i] = ld_raw_v2(vb + key * v_tok + 8 * q_chunk);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kBlockKeys / 16; ++i) {
+      *reinterpret_cast<uint4*>(sK + swz((tid >> 4) + 16 * i, q_chunk)) = kv_words(k_raw[i]);
+    }
+  } else {
+    auto copy_tile = [&](uint16_t* dst, const CacheT* base, int tok) {
+#pragma unroll
+      for (int i = 0; i < kBlockKeys / 16; ++i) {
+        const int key = (tid >> 4) + 16 * i;
+        cp_async_16(dst + swz(key, q_chunk), base + key * tok + 8 * q_chunk, key < n_keys);
+      }
+      cp_async_commit();
+    };
+    copy_tile(sK, kb, k_tok);
+    copy_tile(sV, vb, v_tok);
+    cp_async_wait<1>();  // K
+  }
+}
+
+// The logits of keys 16 warp + 8 nt + 2c + {0, 1} (rows g, g + 8 in s[nt]): scaled, times their
+// K scales (kTokenScales), -inf past n_keys; each row's maximum over the warp's keys goes to
+// s_mx, and with per-token-head scales the warp's largest |V scale| to s_vmax.
+template <bool kTokenScales>
+__device__ __forceinline__ void block_row_maxima(
+    float (&s)[2][4], const float (&ksc)[4], const float (&vsc)[4], const float& logit_scale,
+    const int& n_keys, const int& warp, const int& lane, const int& g, const int& c, float (&mx)[2],
+    float (&s_mx)[kBlockWarps][kAttnHeads], float (&s_vmax)[kBlockWarps]) {
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = 16 * warp + 8 * nt + 2 * c + (e & 1);
+      if constexpr (kTokenScales) s[nt][e] *= ksc[2 * nt + (e & 1)];
+      s[nt][e] = key < n_keys ? s[nt][e] * logit_scale : -INFINITY;
+      mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = quad_max(mx[r]);
+    if (c == 0) s_mx[warp][g + 8 * r] = mx[r];
+  }
+  if constexpr (kTokenScales) {
+    float vm = fmaxf(fmaxf(fabsf(vsc[0]), fabsf(vsc[1])), fmaxf(fabsf(vsc[2]), fabsf(vsc[3])));
+    vm = quad_max(vm);
+    if (lane == 0) s_vmax[warp] = vm;
+  }
+}
+
+// Per-token-head scales: v_exp as sparse_attention_kernel's after one subtile of the block's
+// largest V scale (the warps' s_vmax): its exponent, at least -126; -126 for all-zero scales; 0
+// for non-finite ones.
+__device__ __forceinline__ int block_v_exp(const float (&s_vmax)[kBlockWarps]) {
+  const float vm = max_over_warps(s_vmax);
+  int e = 0;
+  frexpf(vm, &e);
+  return vm > 0.0f && vm < INFINITY ? max(e, -126) : vm == 0.0f ? -126 : 0;
+}
+
+// The block's softmax (one for all its keys): each row's maximum m_all over the warps' s_mx, the
+// probabilities P = 2^(s - m_all) (times their V scales relative to 2^v_exp, v_rel = 2^-v_exp)
+// rounded to the MMA type into sP, and each warp's row sums into s_sum.
+template <bool kHalfMma, bool kTokenScales>
+__device__ __forceinline__ void block_probabilities(
+    float (&s)[2][4], const float (&vsc)[4], const float& v_rel, const int& warp, const int& g,
+    const int& c, const float (&s_mx)[kBlockWarps][kAttnHeads], float (&m_use)[2],
+    float (&m_all)[2], float (&rowsum)[2], uint16_t* sP, float (&s_sum)[kBlockWarps][kAttnHeads]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    m_all[r] = s_mx[0][g + 8 * r];
+#pragma unroll
+    for (int w = 1; w < kBlockWarps; ++w) m_all[r] = fmaxf(m_all[r], s_mx[w][g + 8 * r]);
+    m_use[r] = exp2_base(m_all[r]);
+  }
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[nt][e] = exp2f(s[nt][e] - m_use[e >> 1]);
+      rowsum[e >> 1] += s[nt][e];
+    }
+    if constexpr (kTokenScales) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] *= vsc[2 * nt + (e & 1)] * v_rel;
+    }
+    const int key = 16 * warp + 8 * nt + 2 * c;
+    *reinterpret_cast<uint32_t*>(sP + swz(g, key >> 3) + (key & 7)) =
+        pack2<kHalfMma>(s[nt][0], s[nt][1]);
+    *reinterpret_cast<uint32_t*>(sP + swz(g + 8, key >> 3) + (key & 7)) =
+        pack2<kHalfMma>(s[nt][2], s[nt][3]);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    rowsum[r] = quad_sum(rowsum[r]);
+    if (c == 0) s_sum[warp][g + 8 * r] = rowsum[r];
+  }
+}
+
+// The merge kernel combines the normalised partials and their log2-sum-exps (it waits for them,
+// wait_for_prior_grid): this warp's dims 16 warp + 8 nt + 2c + {0, 1} of heads g, g + 8 of the
+// chunk, scaled by factor, and their LSEs (log2).
+__device__ __forceinline__ void store_block_partials(
+    const SparseAttnParams& prm, const int64_t& row, const int& head0, const int& nh,
+    const int& split, const int& warp, const int& g, const int& c, const float (&acc)[2][4],
+    const float (&factor)[2], const float (&lse)[2]) {
+  const int64_t T = prm.rows.num_rows;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int hh = g + 8 * r;
+    if (hh >= nh) continue;
+    float* po = prm.part_out + ((split * T + row) * prm.num_q_heads + head0 + hh) * kBlockDim;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      *reinterpret_cast<float2*>(po + 16 * warp + 8 * nt + 2 * c) =
+          make_float2(acc[nt][2 * r] * factor[r], acc[nt][2 * r + 1] * factor[r]);
+    }
+    if (warp == 0 && c == 0)
+      prm.part_lse[(split * T + row) * prm.num_q_heads + head0 + hh] = lse[r];
+  }
+}
+
 // One CTA per (row, KV head x 16-head chunk, list entry); grid.z = prm.splits = topk width.
 // e4m3 K/V go through registers, where they become exact f16, into the same shared-memory tiles,
 // and the MMAs run in f16 with Q prescaled by a power of two and the scales applied to fp32
@@ -80,6 +248,9 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8], float mul) {
 // scale to the outputs; per-token-head ones (kTokenScales) to each key's logits and
 // probabilities, the latter relative to 2^v_exp, the power of two just above the block's largest
 // V scale (so the f16 probabilities stay in f16's normal range), which the outputs take back.
+// Its steps take the kernel's values by reference, as warp_kernel.cuh's do (and for the same
+// reason); Q's load and the two MMA loops stay in the kernel, whose temporaries (Q8, ldmatrix
+// words) compiled to other machine code when declared inside functions.
 template <typename CacheT, bool kTokenScales = false>
 __global__ void __launch_bounds__(kBlockThreads, 2)
     sparse_attention_block_kernel(const SparseAttnParams prm) {
@@ -103,7 +274,6 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
   const AttnCta cta = attn_cta(prm);
   const int64_t row = cta.row;
   const int kvh = cta.kvh, hc = cta.hc, split = cta.split, head0 = cta.head0, nh = cta.nh;
-  const int W = prm.topk_width;
 
   // The independent loads first (top-k entry, sequence length, Q), then their uses: one round
   // trip, then the block table's, then the block's ("Issuing loads" in common.cuh).
@@ -111,8 +281,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
       div_u32(static_cast<uint32_t>(row), static_cast<uint32_t>(prm.rows.query_len));
   const uint32_t early_seq_len = ld_decode_seq_len_of(prm.rows, req);
   int32_t tk[1];
-  tk[0] = __ldg(prm.topk + kvh * prm.tk_stride_head + row * prm.tk_stride_row +
-                min(tid, W - 1) * prm.tk_stride_col);
+  load_topk_ids<kBlockThreads>(prm, kvh, row, tid, tk);
   // Thread t holds Q head t / 16 (the chunk's last head past the group), dims 8 (t % 16) + [0, 8).
   const int q_head = tid >> 4, q_chunk = tid & 15;
   const int64_t q_off =
@@ -145,8 +314,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     float mx = 0.0f;  // fmaxf drops NaNs
 #pragma unroll
     for (int i = 0; i < 8; ++i) mx = fmaxf(mx, fabsf(qf[i]));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
+    mx = warp_max(mx);
     if (lane == 0) s_qmax[warp] = mx;
   } else {
     const uint4 qw = q_head < nh ? pack8<kHalfMma>(qf, 1.0f) : make_uint4(0, 0, 0, 0);
@@ -179,61 +347,11 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     n_keys =
         s_list.list_id[split] == own ? static_cast<int>(pos - own * kBlockKeys) + 1 : kBlockKeys;
   }
-  // kTokenScales: the K and V scales of the keys of this lane's logits, 16 warp + 8 (i / 2) +
-  // 2c + i % 2, issued with the block's loads. Keys past the position take 0 (their scale slots
-  // may hold anything; their probabilities are 0).
   float ksc[4], vsc[4];
-  if constexpr (kTokenScales) {
-    const int64_t slot0 = page * kBlockKeys;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int key = 16 * warp + 8 * (i >> 1) + 2 * c + (i & 1);
-      ksc[i] = vsc[i] = 0.0f;
-      if (key < n_keys) {
-        ksc[i] = scale_at(prm.k_scale, prm.ks_stride_head, prm.ks_stride_slot, kvh, slot0 + key);
-        vsc[i] = scale_at(prm.v_scale, prm.vs_stride_head, prm.vs_stride_slot, kvh, slot0 + key);
-      }
-    }
-  }
+  if constexpr (kTokenScales) load_block_token_scales(prm, kvh, page, n_keys, warp, c, ksc, vsc);
   uint2 v_raw[kBlockKeys / 16];  // kE4m3: V's 8-element runs, converted to f16 after QK^T
-  if (n_keys > 0) {
-    const CacheT* kb =
-        static_cast<const CacheT*>(prm.k) + kvh * prm.k_stride_head + page * prm.k_stride_page;
-    const CacheT* vb =
-        static_cast<const CacheT*>(prm.v) + kvh * prm.v_stride_head + page * prm.v_stride_page;
-    const int k_tok = static_cast<int>(prm.k_stride_tok);
-    const int v_tok = static_cast<int>(prm.v_stride_tok);
-    // Thread t copies chunk t % 16 of keys t / 16 + 16 i: a warp's copies are 2 whole rows.
-    if constexpr (kE4m3) {
-      uint2 k_raw[kBlockKeys / 16];
-#pragma unroll
-      for (int i = 0; i < kBlockKeys / 16; ++i) {
-        const int key = (tid >> 4) + 16 * i;
-        k_raw[i] = v_raw[i] = make_uint2(0, 0);
-        if (key < n_keys) {
-          k_raw[i] = ld_raw_v2(kb + key * k_tok + 8 * q_chunk);
-          v_raw[i] = ld_raw_v2(vb + key * v_tok + 8 * q_chunk);
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < kBlockKeys / 16; ++i) {
-        *reinterpret_cast<uint4*>(sK + swz((tid >> 4) + 16 * i, q_chunk)) = kv_words(k_raw[i]);
-      }
-    } else {
-      // K, then V, as one commit group each.
-      auto copy_tile = [&](uint16_t* dst, const CacheT* base, int tok) {
-#pragma unroll
-        for (int i = 0; i < kBlockKeys / 16; ++i) {
-          const int key = (tid >> 4) + 16 * i;
-          cp_async_16(dst + swz(key, q_chunk), base + key * tok + 8 * q_chunk, key < n_keys);
-        }
-        cp_async_commit();
-      };
-      copy_tile(sK, kb, k_tok);
-      copy_tile(sV, vb, v_tok);
-      cp_async_wait<1>();  // K
-    }
-  }
+  uint2 k_raw[kBlockKeys / 16];
+  if (n_keys > 0) copy_block_kv<CacheT>(prm, kvh, page, n_keys, tid, q_chunk, sK, sV, k_raw, v_raw);
   __syncthreads();  // K (and Q) in shared memory
 
   // S = Q K^T for keys 16 warp + [0, 16): rows g and g + 8, keys 8 nt + 2c + {0, 1}.
@@ -243,7 +361,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
   }
-  const int mi = lane >> 3, mr = lane & 7;
+  const int mi = lane >> 3, mr = lane & 7;  // this lane's ldmatrix matrix and row
   if (n_keys > 0) {
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
@@ -256,71 +374,16 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     }
   }
   float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-  for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int key = 16 * warp + 8 * nt + 2 * c + (e & 1);
-      if constexpr (kTokenScales) s[nt][e] *= ksc[2 * nt + (e & 1)];
-      s[nt][e] = key < n_keys ? s[nt][e] * logit_scale : -INFINITY;
-      mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 1));
-    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 2));
-    if (c == 0) s_mx[warp][g + 8 * r] = mx[r];
-  }
-  if constexpr (kTokenScales) {
-    float vm = fmaxf(fmaxf(fabsf(vsc[0]), fabsf(vsc[1])), fmaxf(fabsf(vsc[2]), fabsf(vsc[3])));
-    vm = fmaxf(vm, __shfl_xor_sync(0xFFFFFFFFu, vm, 1));
-    vm = fmaxf(vm, __shfl_xor_sync(0xFFFFFFFFu, vm, 2));
-    if (lane == 0) s_vmax[warp] = vm;
-  }
+  block_row_maxima<kTokenScales>(s, ksc, vsc, logit_scale, n_keys, warp, lane, g, c, mx, s_mx,
+                                 s_vmax);
   __syncthreads();
-  // kTokenScales: v_exp as sparse_attention_kernel's after one subtile of the block's largest V
-  // scale: its exponent, at least -126; -126 for all-zero scales; 0 for non-finite ones.
   int v_exp = 0;
-  if constexpr (kTokenScales) {
-    const float vm = max_over_warps(s_vmax);
-    int e = 0;
-    frexpf(vm, &e);
-    v_exp = vm > 0.0f && vm < INFINITY ? max(e, -126) : vm == 0.0f ? -126 : 0;
-  }
+  if constexpr (kTokenScales) v_exp = block_v_exp(s_vmax);
   const float v_rel = kTokenScales ? ldexpf(1.0f, -v_exp) : 1.0f;
   float m_use[2], m_all[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    m_all[r] = s_mx[0][g + 8 * r];
-#pragma unroll
-    for (int w = 1; w < kBlockWarps; ++w) m_all[r] = fmaxf(m_all[r], s_mx[w][g + 8 * r]);
-    m_use[r] = m_all[r] == -INFINITY ? 0.0f : m_all[r];  // keeps exp2 arguments finite
-  }
   float rowsum[2] = {0.0f, 0.0f};
-#pragma unroll
-  for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      s[nt][e] = exp2f(s[nt][e] - m_use[e >> 1]);
-      rowsum[e >> 1] += s[nt][e];
-    }
-    if constexpr (kTokenScales) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[nt][e] *= vsc[2 * nt + (e & 1)] * v_rel;
-    }
-    const int key = 16 * warp + 8 * nt + 2 * c;
-    *reinterpret_cast<uint32_t*>(sP + swz(g, key >> 3) + (key & 7)) =
-        pack2<kHalfMma>(s[nt][0], s[nt][1]);
-    *reinterpret_cast<uint32_t*>(sP + swz(g + 8, key >> 3) + (key & 7)) =
-        pack2<kHalfMma>(s[nt][2], s[nt][3]);
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    rowsum[r] += __shfl_xor_sync(0xFFFFFFFFu, rowsum[r], 1);
-    rowsum[r] += __shfl_xor_sync(0xFFFFFFFFu, rowsum[r], 2);
-    if (c == 0) s_sum[warp][g + 8 * r] = rowsum[r];
-  }
+  block_probabilities<kHalfMma, kTokenScales>(s, vsc, v_rel, warp, g, c, s_mx, m_use, m_all, rowsum,
+                                              sP, s_sum);
   if constexpr (kE4m3) {
     if (n_keys > 0) {
 #pragma unroll
@@ -362,24 +425,8 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     factor[r] = l_all > 0.0f ? (kE4m3 ? v_out / l_all : 1.0f / l_all) : 0.0f;
     lse[r] = l_all > 0.0f ? m_all[r] + log2f(l_all) : -INFINITY;
   }
-
-  // The merge kernel combines the normalised partials and their log2-sum-exps (it waits for
-  // them, wait_for_prior_grid).
   allow_dependent_launch();
-  const int64_t T = prm.rows.num_rows;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int hh = g + 8 * r;
-    if (hh >= nh) continue;
-    float* po = prm.part_out + ((split * T + row) * prm.num_q_heads + head0 + hh) * D;
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      *reinterpret_cast<float2*>(po + 16 * warp + 8 * nt + 2 * c) =
-          make_float2(acc[nt][2 * r] * factor[r], acc[nt][2 * r + 1] * factor[r]);
-    }
-    if (warp == 0 && c == 0)
-      prm.part_lse[(split * T + row) * prm.num_q_heads + head0 + hh] = lse[r];
-  }
+  store_block_partials(prm, row, head0, nh, split, warp, g, c, acc, factor, lse);
 }
 
 }  // namespace cuda
