@@ -182,55 +182,216 @@ __device__ __forceinline__ void fill_query_fragments(const IndexScoreParams& prm
   }
 }
 
-// Same decomposition as index_score_kernel (CTA = row tile x chunk of blocks, block maxima via
-// shared-memory atomicMax over ordered floats), or with kGrid == kBalanced a share of all
-// requests' blocks; a warp scores tiles of 16 kM keys with mma.sync.
-// CH = head_dim / 64. kF16: e4m3 keys and e4m3 queries, multiplied as f16 (exact like bf16;
-// e4m3 -> f16 is one instruction per pair, e4m3 -> bf16 a detour through f32).
-// kGrid == kClusterSelect: selects in-cluster into *sel (cluster_select_topk) instead of writing
-// scores.
-// kNTiles: n-tiles of 8 query vectors held per segment (kMaxScoreRowHeads / 8, or 1 for the
-// launcher's decode instances, which do without the unrolled code and registers of three unused
-// accumulator tiles).
-// kM: 16-key m-tiles per warp tile (block_size a multiple of 16 kM). With kM = 2 the tile's
-// epilogue (NaN filter, visibility, shuffles, shared atomics), its address arithmetic and its
-// query-fragment loads serve twice the keys: the head-dim-128 e4m3 instance issues ~130
-// instructions per 16 keys instead of ~190.
-template <typename CacheT, int CH, bool kF16, ScoreGrid kGrid, int kNTiles, int kM = 1>
-__device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
-                                          const IndexSelectParams* sel) {
-  constexpr bool kClusterSelect = kGrid == ScoreGrid::kClusterSelect;
-  constexpr bool kKeyRing = uses_key_ring<CacheT, CH, kGrid, kM>();
-  static_assert(!kF16 || std::is_same_v<CacheT, uint8_t>, "the f16 path is for e4m3 keys");
-  static_assert(kNTiles >= 1 && kNTiles * 8 <= kMaxScoreRowHeads, "n-tiles per segment");
+// A warp's tile: 16 kM-key tile tin of block bl of the CTA's piece. Tiles step by kScoreWarps
+// with 32-bit counters; offsets within a page are 32-bit (the launcher bounds block_size x key
+// stride), so a tile's addresses cost one 64-bit page base.
+struct TilePos {
+  int bl, tin;
+};
+// The warp's next tile after p (tiles_per_block tiles per block).
+__device__ __forceinline__ TilePos next_warp_tile(TilePos p, const int& tiles_per_block) {
+  p.tin += kScoreWarps;
+  while (p.tin >= tiles_per_block) {
+    p.tin -= tiles_per_block;
+    ++p.bl;
+  }
+  return p;
+}
+
+// A tile's key fragments: [m-tile][chunk][j][key 16m + g, key 16m + g + 8] (MmaKeyLoad).
+template <typename CacheT, int CH, int kM>
+struct KeyFrag {
+  uint4 r[kM][CH][MmaKeyLoad<CacheT>::kLoads][2];
+};
+
+// The closures below take the scorer's values by reference, as the lambdas they replaced
+// captured them (the scorer instances at the 128-register bound compile to other machine code
+// for small changes in how values reach them; see bench/ab/sass_hash.py).
+
+// A segment's key tiles: load fills a tile's key fragments, or returns false when the warp skips
+// the tile (no row of the segment sees its keys: chunk-relative keys past key_limit; or its page
+// id is bad: the block keeps score -inf). issue makes the same checks, then copies the tile into
+// stage `stage` of the warp's key ring instead (key_ring_bytes). (One function for the checks
+// of both changed the machine code of every scorer, which was not timed.)
+template <typename CacheT, int CH, int kM, int kPieceBlocks>
+struct KeyTileLoader {
   using Load = MmaKeyLoad<CacheT>;
-  static_assert(!kKeyRing || Load::kLoads == 1, "the key ring holds one e4m3 load per chunk");
-  using QElem = std::conditional_t<kF16, __half, __nv_bfloat16>;
-  static_assert(kMaxScoreBlocks * kMaxScoreRowHeads == detail::kIndexScoreMaxBlockHeads,
-                "the balanced pieces fit the block maxima");
-  static_assert(detail::kIndexBalancedMaxPieceBlocks <= kScoreThreads,
-                "a piece's page ids take one load per thread");
-  // The balanced grid's pieces (detail::balanced_piece_blocks) own up to 256 blocks, a static
-  // CTA up to kMaxScoreBlocks; either way blocks x row-heads <= kIndexScoreMaxBlockHeads.
-  constexpr int kMaxPieceBlocks =
-      kGrid == ScoreGrid::kBalanced ? detail::kIndexBalancedMaxPieceBlocks : kMaxScoreBlocks;
-  __shared__ __align__(16) QElem q_s[kNTiles * 8 * kMaxIndexDim];
-  __shared__ uint32_t block_max[detail::kIndexScoreMaxBlockHeads];
-  __shared__ int32_t s_page[kMaxPieceBlocks];
+  const IndexScoreParams& prm;
+  const int& nblk;
+  const int& bsi;
+  const int& key_limit;
+  const int32_t (&s_page)[kPieceBlocks];
+  const int& lane;
+  const CacheT* const& cache;
+  const int& key_stride;
+  const int& lane_key;
 
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, tq = lane & 3;
-  const int H = prm.num_heads;
-  const int64_t bs = prm.rows.block_size;
-  const int64_t T = prm.rows.num_rows;
-  const int64_t max_blocks = prm.rows.max_blocks;
-  const int tiles_per_block = static_cast<int>(bs / (16 * kM));
-  const CacheT* cache = static_cast<const CacheT*>(prm.cache);
-  const int key_stride = static_cast<int>(prm.cache_stride_key);
-  const int lane_key = g * key_stride + tq * Load::kLaneElems;  // from a tile's first key
-  const uint2* q_frag = reinterpret_cast<const uint2*>(q_s);
+  __device__ __forceinline__ bool load(TilePos tp, KeyFrag<CacheT, CH, kM>& raw) const {
+    if (tp.bl >= nblk) return false;
+    const int in_block = tp.tin * 16 * kM;
+    if (tp.bl * bsi + in_block > key_limit) return false;  // warp-uniform
+    const int32_t page = s_page[tp.bl];
+    if (page < 0 || page >= prm.num_cache_blocks) {
+      if (lane == 0 && in_block == 0) raise_error(prm.error_flags, kDeviceErrorBlockId);
+      return false;
+    }
+    const CacheT* kbase = cache + page * prm.cache_stride_page + (in_block * key_stride + lane_key);
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+#pragma unroll
+      for (int c = 0; c < CH; ++c) {
+#pragma unroll
+        for (int j = 0; j < Load::kLoads; ++j) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            raw.r[m][c][j][r] = __ldg(reinterpret_cast<const uint4*>(
+                kbase + (m * 16 + r * 8) * key_stride + c * 64 + j * 4 * Load::kLaneElems));
+          }
+        }
+      }
+    }
+    return true;
+  }
 
-  auto fill_queries = [&](int64_t row0, int nrh) {
+  __device__ __forceinline__ bool issue(TilePos tq, int stage, uint4* const& ring) const {
+    constexpr int kWords = key_ring_words<CH, kM>();
+    if (tq.bl >= nblk) return false;
+    const int in_block = tq.tin * 16 * kM;
+    if (tq.bl * bsi + in_block > key_limit) return false;  // warp-uniform
+    const int32_t page = s_page[tq.bl];
+    if (page < 0 || page >= prm.num_cache_blocks) {
+      if (lane == 0 && in_block == 0) raise_error(prm.error_flags, kDeviceErrorBlockId);
+      return false;
+    }
+    const CacheT* kbase = cache + page * prm.cache_stride_page + (in_block * key_stride + lane_key);
+    uint4* dst = ring + stage * (kWords * 32);
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+#pragma unroll
+      for (int c = 0; c < CH; ++c) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          cp_async_16(dst + ((m * CH + c) * 2 + r) * 32,
+                      kbase + (m * 16 + r * 8) * key_stride + c * 64);
+        }
+      }
+    }
+    return true;
+  }
+};
+
+// Chunk-relative key k of the lane's row g is seen by query 2t (2t + 1) of n-tile n iff
+// k <= limit(n, 0) (limit(n, 1)); the lane's g is already subtracted, and the clamp to
+// [-1, chunk keys] decides the same.
+struct KeyLimit {
+  const RowInfo& info;
+  const int64_t& row0;
+  const int& tq;
+  const int& H;
+  const int64_t& b0;
+  const int64_t& bs;
+  const int& nblk;
+  const int& bsi;
+  const int& g;
+
+  __device__ __forceinline__ int operator()(int n, int q) const {
+    const int64_t pos = info.pos_base + row0 + (n * 8 + 2 * tq + q) / H;
+    return static_cast<int>(max(int64_t{-1}, min(pos - b0 * bs, int64_t{nblk} * bsi))) - g;
+  }
+};
+
+// Scores the tile at p from its fragments into the block maxima: the MMAs over the head dim,
+// then per query the tile's largest visible score, NaN taken as -1e30 (spec A12), reduced over
+// the warp's key rows and folded into block_max with a shared-memory atomicMax. The one-n-tile
+// instances keep the limits hoisted in lim; the four-n-tile ones recompute them per tile (eight
+// more live registers made the bf16 ones spill and run up to 1.7x slower,
+// bench/results/2026-11-30-index-loop-pingpong-ab/).
+template <typename CacheT, int CH, bool kF16, int kNTiles, int kM, int kMaxBlockHeads>
+struct KeyTileScorer {
+  static constexpr bool kHoistLimits = kNTiles == 1;
+  const uint2* const& q_frag;
+  const int& lane;
+  const int& ntq;
+  const int& nrh;
+  const int (&lim)[kNTiles][2];
+  const KeyLimit& limit;
+  const int& g;
+  const int& tq;
+  const int& bsi;
+  uint32_t (&block_max)[kMaxBlockHeads];
+
+  __device__ __forceinline__ void operator()(TilePos p, const KeyFrag<CacheT, CH, kM>& raw) const {
+    float acc[kM][kNTiles][4];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+          uint32_t a[4];
+          a_fragment<CacheT, kF16>(raw.r[m][c], s, a);
+#pragma unroll
+          for (int n = 0; n < kNTiles; ++n) {
+            if (kNTiles == 1 || n < ntq) {  // warp-uniform; a segment has at least one n-tile
+              mma_m16n8k16<kF16>(acc[m][n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
+            }
+          }
+        }
+      }
+    }
+    // acc[m][n] = {key 16m+g x query 2t, key 16m+g x query 2t+1, key 16m+g+8 x query 2t,
+    // key 16m+g+8 x 2t+1}; the m-tiles' maxima are taken before the shuffles.
+    const int kr = p.bl * bsi + p.tin * 16 * kM;  // the tile's first key, chunk-relative
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n) {
+      if (n >= ntq) break;
+      const int rh0 = n * 8 + 2 * tq;
+      float m0 = -INFINITY, m1 = -INFINITY;
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float v = acc[m][n][e];
+          if (isnan(v)) v = -1e30f;    // spec A12
+          const int km = kr + 16 * m;  // the m-tile's first key
+          const int k = e < 2 ? km : km + 8;
+          if ((e & 1) == 0) {
+            if (k <= (kHoistLimits ? lim[n][0] : limit(n, 0))) m0 = fmaxf(m0, v);
+          } else {
+            if (k <= (kHoistLimits ? lim[n][1] : limit(n, 1))) m1 = fmaxf(m1, v);
+          }
+        }
+      }
+#pragma unroll
+      for (int off = 4; off < 32; off <<= 1) {
+        m0 = fmaxf(m0, __shfl_xor_sync(0xFFFFFFFFu, m0, off));
+        m1 = fmaxf(m1, __shfl_xor_sync(0xFFFFFFFFu, m1, off));
+      }
+      if (g == 0) {
+        if (rh0 < nrh) atomicMax(&block_max[p.bl * nrh + rh0], ordered_f32(m0));
+        if (rh0 + 1 < nrh) atomicMax(&block_max[p.bl * nrh + rh0 + 1], ordered_f32(m1));
+      }
+    }
+  }
+};
+
+// The queries of a segment (rows row0.., nrh row-heads) as MMA fragments in q_s
+// (fill_query_fragments of the query dtype: e4m3 on the f16 path, the launcher's rule).
+template <typename CacheT, int CH, bool kF16, typename QElem, int kQElems>
+struct QueryFiller {
+  using Load = MmaKeyLoad<CacheT>;
+  const IndexScoreParams& prm;
+  QElem (&q_s)[kQElems];
+
+  __device__ __forceinline__ void operator()(int64_t row0, int nrh) const {
     if constexpr (kF16) {
       // e4m3 queries (the launcher's rule)
       fill_query_fragments<uint8_t, CH, Load::kLaneElems>(prm, row0, nrh, q_s);
@@ -239,10 +400,38 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
     } else {
       fill_query_fragments<uint8_t, CH, Load::kLaneElems>(prm, row0, nrh, q_s);
     }
-  };
-  // Scores blocks [b0, b0 + bpc) of row tile `tile` (bpc <= kMaxPieceBlocks); `report`: this CTA
-  // reports the tile's bad lengths (the one that scores its first block).
-  auto score_piece = [&](int64_t tile, int64_t b0, int bpc, bool report) {
+  }
+};
+
+// Scores blocks [b0, b0 + bpc) of row tile `tile` (bpc <= the piece's block capacity) into the
+// block maxima, segment by segment (rows of one request); `report`: this CTA reports the tile's
+// bad lengths (the one that scores its first block). The scorer's values by reference, as the
+// score_piece lambda it replaced captured them.
+template <typename CacheT, int CH, bool kF16, ScoreGrid kGrid, int kNTiles, int kM,
+          int kMaxPieceBlocks, typename QElem, int kQElems>
+struct PieceScorer {
+  static constexpr bool kClusterSelect = kGrid == ScoreGrid::kClusterSelect;
+  static constexpr bool kKeyRing = uses_key_ring<CacheT, CH, kGrid, kM>();
+  using Load = MmaKeyLoad<CacheT>;
+  const IndexScoreParams& prm;
+  const int64_t& T;
+  const int& H;
+  const int64_t& bs;
+  const int64_t& max_blocks;
+  int32_t (&s_page)[kMaxPieceBlocks];
+  uint32_t (&block_max)[detail::kIndexScoreMaxBlockHeads];
+  const QueryFiller<CacheT, CH, kF16, QElem, kQElems>& fill_queries;
+  const int& lane;
+  const int& warp;
+  const int& g;
+  const int& tq;
+  const int& tiles_per_block;
+  const CacheT* const& cache;
+  const int& key_stride;
+  const int& lane_key;
+  const uint2* const& q_frag;
+
+  __device__ __forceinline__ void operator()(int64_t tile, int64_t b0, int bpc, bool report) const {
     const int64_t tile_start = tile * prm.rows_per_tile;
     const int64_t tile_end = min(T, tile_start + prm.rows_per_tile);
     // Decode: the tile is request `tile` with all of its rows, known without reading seq_lens,
@@ -292,56 +481,12 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
       clear_block_maxima(block_max, nblk * nrh);
       __syncthreads();
 
-      // A warp's tiles are (bl, tin): 16 kM-key tile tin of the chunk's block bl, stepping by
-      // kScoreWarps tiles with 32-bit counters; offsets within a page are 32-bit (the launcher
-      // bounds block_size x key stride), so a tile's addresses cost one 64-bit page base.
-      struct TilePos {
-        int bl, tin;
-      };
-      auto advance = [&](TilePos p) {
-        p.tin += kScoreWarps;
-        while (p.tin >= tiles_per_block) {
-          p.tin -= tiles_per_block;
-          ++p.bl;
-        }
-        return p;
-      };
       // Chunk-relative keys past key_limit are seen by no row (a chunk's keys fit in 32 bits).
       const int bsi = static_cast<int>(bs);
       const int key_limit = static_cast<int>(min(max_pos - b0 * bs, int64_t{nblk} * bsi));
-      // A tile's key fragments, or false when the warp skips it (no row of the segment sees its
-      // keys, or its page id is bad: the block keeps score -inf). The loop below keeps the next
-      // tile's loads in flight while it multiplies the current one (a register double buffer).
-      struct Frag {
-        uint4 r[kM][CH][Load::kLoads][2];  // [m-tile][chunk][j][key 16m + g, key 16m + g + 8]
-      };
-      auto load_tile = [&](TilePos tp, Frag& raw) -> bool {
-        if (tp.bl >= nblk) return false;
-        const int in_block = tp.tin * 16 * kM;
-        if (tp.bl * bsi + in_block > key_limit) return false;  // warp-uniform
-        const int32_t page = s_page[tp.bl];
-        if (page < 0 || page >= prm.num_cache_blocks) {
-          if (lane == 0 && in_block == 0) raise_error(prm.error_flags, kDeviceErrorBlockId);
-          return false;
-        }
-        const CacheT* kbase =
-            cache + page * prm.cache_stride_page + (in_block * key_stride + lane_key);
-#pragma unroll
-        for (int m = 0; m < kM; ++m) {
-#pragma unroll
-          for (int c = 0; c < CH; ++c) {
-#pragma unroll
-            for (int j = 0; j < Load::kLoads; ++j) {
-#pragma unroll
-              for (int r = 0; r < 2; ++r) {
-                raw.r[m][c][j][r] = __ldg(reinterpret_cast<const uint4*>(
-                    kbase + (m * 16 + r * 8) * key_stride + c * 64 + j * 4 * Load::kLaneElems));
-              }
-            }
-          }
-        }
-        return true;
-      };
+      using Frag = KeyFrag<CacheT, CH, kM>;
+      const KeyTileLoader<CacheT, CH, kM, kMaxPieceBlocks> tiles{
+          prm, nblk, bsi, key_limit, s_page, lane, cache, key_stride, lane_key};
       TilePos tp{warp / tiles_per_block, warp % tiles_per_block};
       Frag fa;
       bool have = false;
@@ -350,87 +495,20 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
       // head-dim-128 e4m3 16-key-tile instances 1% faster on the H200 (128K x 64 300.5 -> 297.4
       // us; bench/results/2026-11-30-index-bf16-balanced-ab/, variant H), and the 32-key-tile
       // instance that replaced them was timed with it.
-      if constexpr (kGrid != ScoreGrid::kBalanced) have = load_tile(tp, fa);
-      // Chunk-relative key k of the lane's row g is seen by query 2t (2t + 1) of n-tile n iff
-      // k <= limit(n, 0) (limit(n, 1)); the lane's g is already subtracted, and the clamp to
-      // [-1, chunk keys] decides the same. The one-n-tile instances keep the two limits in
-      // registers; the four-n-tile ones recompute them per tile: eight more live registers made
-      // the bf16 ones spill and run up to 1.7x slower
-      // (bench/results/2026-11-30-index-loop-pingpong-ab/).
+      if constexpr (kGrid != ScoreGrid::kBalanced) have = tiles.load(tp, fa);
+      // The visibility limits (KeyLimit), hoisted into lim by the one-n-tile instances
+      // (KeyTileScorer).
       constexpr bool kHoistLimits = kNTiles == 1;
-      auto limit = [&](int n, int q) {
-        const int64_t pos = info.pos_base + row0 + (n * 8 + 2 * tq + q) / H;
-        return static_cast<int>(max(int64_t{-1}, min(pos - b0 * bs, int64_t{nblk} * bsi))) - g;
-      };
+      const KeyLimit limit{info, row0, tq, H, b0, bs, nblk, bsi, g};
       int lim[kNTiles][2];
 #pragma unroll
       for (int n = 0; n < kNTiles; ++n) {
 #pragma unroll
         for (int q = 0; q < 2; ++q) lim[n][q] = kHoistLimits ? limit(n, q) : 0;
       }
-      if constexpr (kGrid == ScoreGrid::kBalanced && !kKeyRing) have = load_tile(tp, fa);
-      // Scores the tile at p from its fragments into the block maxima.
-      auto score_tile = [&](TilePos p, const Frag& raw) {
-        float acc[kM][kNTiles][4];
-#pragma unroll
-        for (int m = 0; m < kM; ++m) {
-#pragma unroll
-          for (int n = 0; n < kNTiles; ++n) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.0f;
-          }
-        }
-#pragma unroll
-        for (int c = 0; c < CH; ++c) {
-#pragma unroll
-          for (int s = 0; s < 4; ++s) {
-#pragma unroll
-            for (int m = 0; m < kM; ++m) {
-              uint32_t a[4];
-              a_fragment<CacheT, kF16>(raw.r[m][c], s, a);
-#pragma unroll
-              for (int n = 0; n < kNTiles; ++n) {
-                if (kNTiles == 1 || n < ntq) {  // warp-uniform; a segment has at least one n-tile
-                  mma_m16n8k16<kF16>(acc[m][n], a, q_frag[((n * CH + c) * 4 + s) * 32 + lane]);
-                }
-              }
-            }
-          }
-        }
-        // acc[m][n] = {key 16m+g x query 2t, key 16m+g x query 2t+1, key 16m+g+8 x query 2t,
-        // key 16m+g+8 x 2t+1}; the m-tiles' maxima are taken before the shuffles.
-        const int kr = p.bl * bsi + p.tin * 16 * kM;  // the tile's first key, chunk-relative
-#pragma unroll
-        for (int n = 0; n < kNTiles; ++n) {
-          if (n >= ntq) break;
-          const int rh0 = n * 8 + 2 * tq;
-          float m0 = -INFINITY, m1 = -INFINITY;
-#pragma unroll
-          for (int m = 0; m < kM; ++m) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              float v = acc[m][n][e];
-              if (isnan(v)) v = -1e30f;    // spec A12
-              const int km = kr + 16 * m;  // the m-tile's first key
-              const int k = e < 2 ? km : km + 8;
-              if ((e & 1) == 0) {
-                if (k <= (kHoistLimits ? lim[n][0] : limit(n, 0))) m0 = fmaxf(m0, v);
-              } else {
-                if (k <= (kHoistLimits ? lim[n][1] : limit(n, 1))) m1 = fmaxf(m1, v);
-              }
-            }
-          }
-#pragma unroll
-          for (int off = 4; off < 32; off <<= 1) {
-            m0 = fmaxf(m0, __shfl_xor_sync(0xFFFFFFFFu, m0, off));
-            m1 = fmaxf(m1, __shfl_xor_sync(0xFFFFFFFFu, m1, off));
-          }
-          if (g == 0) {
-            if (rh0 < nrh) atomicMax(&block_max[p.bl * nrh + rh0], ordered_f32(m0));
-            if (rh0 + 1 < nrh) atomicMax(&block_max[p.bl * nrh + rh0 + 1], ordered_f32(m1));
-          }
-        }
-      };
+      if constexpr (kGrid == ScoreGrid::kBalanced && !kKeyRing) have = tiles.load(tp, fa);
+      const KeyTileScorer<CacheT, CH, kF16, kNTiles, kM, detail::kIndexScoreMaxBlockHeads>
+          score_tile{q_frag, lane, ntq, nrh, lim, limit, g, tq, bsi, block_max};
       if constexpr (kKeyRing) {
         // The ring (key_ring_bytes): tile i sits in stage i % kKeyRingStages; each iteration
         // first issues the tile kKeyRingStages - 1 ahead into the stage of tile i - 1 (read into
@@ -440,48 +518,21 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
         extern __shared__ uint4 key_ring[];
         constexpr int kWords = key_ring_words<CH, kM>();
         uint4* ring = key_ring + warp * (kKeyRingStages * kWords * 32) + lane;
-        // load_tile's skips and checks, then copies instead of loads. (One lambda for the checks
-        // of both changed the machine code of every scorer, which was not timed.)
-        auto issue = [&](TilePos tq, int stage) -> bool {
-          if (tq.bl >= nblk) return false;
-          const int in_block = tq.tin * 16 * kM;
-          if (tq.bl * bsi + in_block > key_limit) return false;  // warp-uniform
-          const int32_t page = s_page[tq.bl];
-          if (page < 0 || page >= prm.num_cache_blocks) {
-            if (lane == 0 && in_block == 0) raise_error(prm.error_flags, kDeviceErrorBlockId);
-            return false;
-          }
-          const CacheT* kbase =
-              cache + page * prm.cache_stride_page + (in_block * key_stride + lane_key);
-          uint4* dst = ring + stage * (kWords * 32);
-#pragma unroll
-          for (int m = 0; m < kM; ++m) {
-#pragma unroll
-            for (int c = 0; c < CH; ++c) {
-#pragma unroll
-              for (int r = 0; r < 2; ++r) {
-                cp_async_16(dst + ((m * CH + c) * 2 + r) * 32,
-                            kbase + (m * 16 + r * 8) * key_stride + c * 64);
-              }
-            }
-          }
-          return true;
-        };
         uint32_t have_mask = 0;  // bit s: the tile in stage s is being copied
         TilePos tq = tp;
 #pragma unroll
         for (int st = 0; st < kKeyRingStages - 1; ++st) {
-          if (issue(tq, st)) have_mask |= 1u << st;
+          if (tiles.issue(tq, st, ring)) have_mask |= 1u << st;
           cp_async_commit();
-          tq = advance(tq);
+          tq = next_warp_tile(tq, tiles_per_block);
         }
         int stage = 0;
         while (tp.bl < nblk) {
           const int ahead = stage == 0 ? kKeyRingStages - 1 : stage - 1;
           have_mask &= ~(1u << ahead);
-          if (issue(tq, ahead)) have_mask |= 1u << ahead;
+          if (tiles.issue(tq, ahead, ring)) have_mask |= 1u << ahead;
           cp_async_commit();
-          tq = advance(tq);
+          tq = next_warp_tile(tq, tiles_per_block);
           cp_async_wait<kKeyRingStages - 1>();
           if ((have_mask >> stage) & 1u) {
             Frag raw;
@@ -496,7 +547,7 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
             }
             score_tile(tp, raw);
           }
-          tp = advance(tp);
+          tp = next_warp_tile(tp, tiles_per_block);
           stage = stage == kKeyRingStages - 1 ? 0 : stage + 1;
         }
         cp_async_wait<0>();  // the next piece refills the ring from stage 0
@@ -510,14 +561,14 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
         // (bench/results/2026-11-30-index-m2-tiles-ab/, call 4).
         Frag fb;
         while (tp.bl < nblk) {
-          TilePos tn = advance(tp);
-          bool have_next = load_tile(tn, fb);
+          TilePos tn = next_warp_tile(tp, tiles_per_block);
+          bool have_next = tiles.load(tn, fb);
           if (have) score_tile(tp, fa);
           tp = tn;
           have = have_next;
           if (tp.bl >= nblk) break;
-          tn = advance(tp);
-          have_next = load_tile(tn, fa);
+          tn = next_warp_tile(tp, tiles_per_block);
+          have_next = tiles.load(tn, fa);
           if (have) score_tile(tp, fb);
           tp = tn;
           have = have_next;
@@ -525,8 +576,8 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
       } else {
         while (tp.bl < nblk) {
           Frag next;
-          const TilePos tp_next = advance(tp);
-          const bool have_next = load_tile(tp_next, next);
+          const TilePos tp_next = next_warp_tile(tp, tiles_per_block);
+          const bool have_next = tiles.load(tp_next, next);
           if (have) score_tile(tp, fa);
           have = have_next;
           fa = next;
@@ -541,7 +592,63 @@ __device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
       }
       row0 = row1;
     }
-  };
+  }
+};
+
+// Same decomposition as index_score_kernel (CTA = row tile x chunk of blocks, block maxima via
+// shared-memory atomicMax over ordered floats), or with kGrid == kBalanced a share of all
+// requests' blocks; a warp scores tiles of 16 kM keys with mma.sync.
+// CH = head_dim / 64. kF16: e4m3 keys and e4m3 queries, multiplied as f16 (exact like bf16;
+// e4m3 -> f16 is one instruction per pair, e4m3 -> bf16 a detour through f32).
+// kGrid == kClusterSelect: selects in-cluster into *sel (cluster_select_topk) instead of writing
+// scores.
+// kNTiles: n-tiles of 8 query vectors held per segment (kMaxScoreRowHeads / 8, or 1 for the
+// launcher's decode instances, which do without the unrolled code and registers of three unused
+// accumulator tiles).
+// kM: 16-key m-tiles per warp tile (block_size a multiple of 16 kM). With kM = 2 the tile's
+// epilogue (NaN filter, visibility, shuffles, shared atomics), its address arithmetic and its
+// query-fragment loads serve twice the keys: the head-dim-128 e4m3 instance issues ~130
+// instructions per 16 keys instead of ~190.
+template <typename CacheT, int CH, bool kF16, ScoreGrid kGrid, int kNTiles, int kM = 1>
+__device__ __forceinline__ void score_mma(const IndexScoreParams& prm,
+                                          const IndexSelectParams* sel) {
+  constexpr bool kClusterSelect = kGrid == ScoreGrid::kClusterSelect;
+  constexpr bool kKeyRing = uses_key_ring<CacheT, CH, kGrid, kM>();
+  static_assert(!kF16 || std::is_same_v<CacheT, uint8_t>, "the f16 path is for e4m3 keys");
+  static_assert(kNTiles >= 1 && kNTiles * 8 <= kMaxScoreRowHeads, "n-tiles per segment");
+  using Load = MmaKeyLoad<CacheT>;
+  static_assert(!kKeyRing || Load::kLoads == 1, "the key ring holds one e4m3 load per chunk");
+  using QElem = std::conditional_t<kF16, __half, __nv_bfloat16>;
+  static_assert(kMaxScoreBlocks * kMaxScoreRowHeads == detail::kIndexScoreMaxBlockHeads,
+                "the balanced pieces fit the block maxima");
+  static_assert(detail::kIndexBalancedMaxPieceBlocks <= kScoreThreads,
+                "a piece's page ids take one load per thread");
+  // The balanced grid's pieces (detail::balanced_piece_blocks) own up to 256 blocks, a static
+  // CTA up to kMaxScoreBlocks; either way blocks x row-heads <= kIndexScoreMaxBlockHeads.
+  constexpr int kMaxPieceBlocks =
+      kGrid == ScoreGrid::kBalanced ? detail::kIndexBalancedMaxPieceBlocks : kMaxScoreBlocks;
+  __shared__ __align__(16) QElem q_s[kNTiles * 8 * kMaxIndexDim];
+  __shared__ uint32_t block_max[detail::kIndexScoreMaxBlockHeads];
+  __shared__ int32_t s_page[kMaxPieceBlocks];
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+  const int H = prm.num_heads;
+  const int64_t bs = prm.rows.block_size;
+  const int64_t T = prm.rows.num_rows;
+  const int64_t max_blocks = prm.rows.max_blocks;
+  const int tiles_per_block = static_cast<int>(bs / (16 * kM));
+  const CacheT* cache = static_cast<const CacheT*>(prm.cache);
+  const int key_stride = static_cast<int>(prm.cache_stride_key);
+  const int lane_key = g * key_stride + tq * Load::kLaneElems;  // from a tile's first key
+  const uint2* q_frag = reinterpret_cast<const uint2*>(q_s);
+
+  const QueryFiller<CacheT, CH, kF16, QElem, kNTiles * 8 * kMaxIndexDim> fill_queries{prm, q_s};
+  const PieceScorer<CacheT, CH, kF16, kGrid, kNTiles, kM, kMaxPieceBlocks, QElem,
+                    kNTiles * 8 * kMaxIndexDim>
+      score_piece{prm,          T,        H,     bs, max_blocks, s_page,          block_max,
+                  fill_queries, lane,     warp,  g,  tq,         tiles_per_block, cache,
+                  key_stride,   lane_key, q_frag};
   if constexpr (kGrid == ScoreGrid::kBalanced) {
     // The CTA's share of the concatenated visible blocks of all requests (decode: a row tile is a
     // request): every CTA reads all lengths, takes the prefix sum of their units (lead units and
