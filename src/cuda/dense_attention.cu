@@ -418,25 +418,6 @@ size_t partial_ml_bytes(const DenseAttentionArgs& args, int splits, int64_t rows
 
 }  // namespace
 
-namespace {
-
-prefill::AttentionProblem tensor_core_problem(const DenseAttentionArgs& a) {
-  prefill::AttentionProblem pb;
-  pb.sparse = false;
-  pb.softmax_scale = a.softmax_scale;
-  pb.q = a.q;
-  pb.kv = a.kv_cache;
-  pb.block_table = a.block_table;
-  pb.cu_seqlens_q = a.cu_seqlens_q;
-  pb.seq_lens = a.seq_lens;
-  pb.out = a.out;
-  pb.lse = a.lse;
-  pb.error_flags = a.error_flags;
-  return pb;
-}
-
-}  // namespace
-
 // Fewer rows can mean more splits, so the workspace for a capacity of T rows is the largest need
 // of any call with T' <= T rows: sized once at capacity, it serves every smaller batch. Splits
 // only happen below kTargetCtas CTAs, which bounds the search.
@@ -450,14 +431,14 @@ Status workspace_size(const DenseAttentionArgs& args, size_t* bytes) {
                       partial_o_bytes(args, splits, rows) + partial_ml_bytes(args, splits, rows));
     }
   }
-  *bytes = std::max(need, prefill::attention_workspace_bytes(tensor_core_problem(args)));
+  *bytes = std::max(need, prefill::attention_workspace_bytes(detail::attention_problem(args)));
   return Status::Ok();
 }
 
 Status run(const DenseAttentionArgs& args, Workspace workspace, Stream stream) {
   // Prefill-like calls whose shapes suit it run the tensor-core kernel; decode-like ones (few
   // rows per request) and the other shapes the split-KV kernel below.
-  const prefill::AttentionProblem tc = tensor_core_problem(args);
+  const prefill::AttentionProblem tc = detail::attention_problem(args);
   if (prefill::attention_supported(tc)) {
     MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, prefill::attention_workspace_bytes(tc)));
     return prefill::run_attention(tc, workspace, stream);

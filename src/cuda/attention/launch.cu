@@ -54,6 +54,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/attention_problem.h"
 #include "core/backends.h"
 #include "core/launch_policy.h"
 #include "core/validate.h"
@@ -69,22 +70,12 @@ namespace msa {
 namespace cuda {
 namespace {
 
-// Both forms, with the row layout resolved (query_len > 0: decode; else prefill).
-struct AttnProblem {
-  int query_len = 0;
-  float softmax_scale = 0.0f;
-  TensorView q;
-  KvCacheView kv;
-  TensorView block_table, seq_lens, cu_seqlens_q, topk, out, lse, error_flags;
+using AttnProblem = detail::AttentionProblem;
 
-  int64_t rows() const { return q.shape[0]; }
-  int64_t q_heads() const { return q.shape[1]; }
-  int64_t head_dim() const { return q.shape[2]; }
-  int64_t kv_heads() const { return kv.num_kv_heads(); }
-  int64_t group() const { return q_heads() / kv_heads(); }
-  int64_t head_chunks() const { return (group() + kAttnHeads - 1) / kAttnHeads; }
-  int64_t max_subtiles() const { return topk.shape[2] * (kv.block_size() / 16); }
-};
+// 16-head chunks (the MMA's M dimension) per KV head, and the most 16-key subtiles a row can
+// select.
+int64_t head_chunks(const AttnProblem& pb) { return (pb.group() + kAttnHeads - 1) / kAttnHeads; }
+int64_t max_subtiles(const AttnProblem& pb) { return pb.topk_width() * (pb.block_size() / 16); }
 
 using AttnPlan = detail::AttnLaunchPlan;
 static_assert(detail::kAttnWarpsPerCta == kAttnWarps, "policy and kernel agree on warps");
@@ -169,7 +160,7 @@ bool block_kernel_fits(const AttnProblem& pb) {
 // The split plan of a call with `rows` query rows (shapes and the device only), with the
 // one-block kernel or without it.
 AttnPlan plan_with(const AttnProblem& pb, int64_t rows, const DeviceLimits& dev, bool block) {
-  return detail::plan_attention_launch(rows, pb.kv_heads() * pb.head_chunks(), pb.max_subtiles(),
+  return detail::plan_attention_launch(rows, pb.num_kv_heads() * head_chunks(pb), max_subtiles(pb),
                                        dev.sms, dev.clusters, block ? pb.topk.shape[2] : 0);
 }
 
@@ -179,15 +170,16 @@ AttnPlan plan(const AttnProblem& pb, int64_t rows, const DeviceLimits& dev) {
 }
 
 size_t partial_out_bytes(const AttnProblem& pb, const AttnPlan& p) {
-  return detail::align_up(static_cast<size_t>(p.splits * p.rows * pb.q_heads() * pb.head_dim()) *
-                          sizeof(float));
+  return detail::align_up(
+      static_cast<size_t>(p.splits * p.rows * pb.num_q_heads() * pb.head_dim()) * sizeof(float));
 }
 
 // Merge-kernel plans keep their partials in the workspace; in-cluster merges need none.
 size_t plan_bytes(const AttnProblem& pb, const AttnPlan& p) {
   if (p.splits == 1 || p.cluster) return 0;
   return partial_out_bytes(pb, p) +
-         detail::align_up(static_cast<size_t>(p.splits * p.rows * pb.q_heads()) * sizeof(float));
+         detail::align_up(static_cast<size_t>(p.splits * p.rows * pb.num_q_heads()) *
+                          sizeof(float));
 }
 
 // Fewer rows can mean more splits, so the workspace for a capacity of T rows is the largest need
@@ -197,7 +189,7 @@ size_t plan_bytes(const AttnProblem& pb, const AttnPlan& p) {
 // depends on Q's alignment, which the tensors the size was asked with need not share.
 size_t workspace_bytes(const AttnProblem& pb, const DeviceLimits& dev) {
   size_t bytes = 0;
-  const int64_t limit = std::min<int64_t>(pb.rows(), detail::kAttnCtasPerSm * dev.sms);
+  const int64_t limit = std::min<int64_t>(pb.num_rows(), detail::kAttnCtasPerSm * dev.sms);
   for (int64_t rows = 1; rows <= limit; ++rows) {
     bytes = std::max(bytes, plan_bytes(pb, plan_with(pb, rows, dev, false)));
     if (block_kernel_shapes(pb))
@@ -238,7 +230,8 @@ Status check_supported(const AttnProblem& pb) {
           "attention (32-bit offsets within a page)");
     }
   }
-  if (pb.rows() > 0x7FFFFFFF || pb.kv_heads() * pb.head_chunks() > 65535 || pb.q_heads() > 65535) {
+  if (pb.num_rows() > 0x7FFFFFFF || pb.num_kv_heads() * head_chunks(pb) > 65535 ||
+      pb.num_q_heads() > 65535) {
     return detail::not_supported("sparse attention: batch too large for one CUDA grid");
   }
   return Status::Ok();
@@ -277,7 +270,7 @@ Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
   MSA_RETURN_IF_ERROR(check_supported(pb));
   const DeviceLimits dev = device_limits(pb);
   MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, workspace_bytes(pb, dev)));
-  const int64_t T = pb.rows();
+  const int64_t T = pb.num_rows();
   if (T == 0) return Status::Ok();
   const auto cuda_stream = static_cast<cudaStream_t>(stream.cuda_stream);
   const AttnPlan p = plan(pb, T, dev);
@@ -320,12 +313,10 @@ Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
   prm.tk_stride_row = pb.topk.strides[1];
   prm.tk_stride_col = pb.topk.strides[2];
   prm.topk_width = static_cast<int32_t>(pb.topk.shape[2]);
-  prm.num_q_heads = static_cast<int32_t>(pb.q_heads());
+  prm.num_q_heads = static_cast<int32_t>(pb.num_q_heads());
   prm.group = static_cast<int32_t>(pb.group());
-  prm.head_chunks = static_cast<int32_t>(pb.head_chunks());
-  const float scale = pb.softmax_scale != 0.0f
-                          ? pb.softmax_scale
-                          : 1.0f / std::sqrt(static_cast<float>(pb.head_dim()));
+  prm.head_chunks = static_cast<int32_t>(head_chunks(pb));
+  const float scale = pb.scale();
   prm.scale_log2 = scale * kLog2e;
   prm.splits = static_cast<int32_t>(p.splits);
   prm.subtiles_per_split = static_cast<int32_t>(p.subtiles_per_split);
@@ -346,7 +337,8 @@ Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
   }
   prm.error_flags = pb.error_flags.defined() ? pb.error_flags.ptr<int32_t>() : nullptr;
 
-  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.kv_heads() * pb.head_chunks()),
+  const dim3 grid(static_cast<unsigned>(T),
+                  static_cast<unsigned>(pb.num_kv_heads() * head_chunks(pb)),
                   static_cast<unsigned>(p.splits));
   switch (pb.kv.k.dtype) {
     case DType::kBF16:
@@ -363,7 +355,7 @@ Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
       break;
   }
   if (p.splits == 1 || p.cluster) return Status::Ok();
-  const dim3 merge_grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.q_heads()));
+  const dim3 merge_grid(static_cast<unsigned>(T), static_cast<unsigned>(pb.num_q_heads()));
   // A dependent launch (programmatic): the merge CTAs start while the attention kernel writes its
   // partials and wait for them.
   const auto merge_kernel = p.splits <= 4    ? sparse_attention_merge_kernel<4>
@@ -388,85 +380,33 @@ Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
                                  dim3(static_cast<unsigned>(pb.head_dim())), 0, cuda_stream, mp);
 }
 
-AttnProblem decode_problem(const SparseAttentionDecodeArgs& a) {
-  AttnProblem pb;
-  pb.query_len = a.query_len;
-  pb.softmax_scale = a.softmax_scale;
-  pb.q = a.q;
-  pb.kv = a.kv_cache;
-  pb.block_table = a.block_table;
-  pb.seq_lens = a.seq_lens;
-  pb.topk = a.topk;
-  pb.out = a.out;
-  pb.lse = a.lse;
-  pb.error_flags = a.error_flags;
-  return pb;
-}
-
-AttnProblem prefill_problem(const SparseAttentionPrefillArgs& a) {
-  AttnProblem pb;
-  pb.query_len = 0;
-  pb.softmax_scale = a.softmax_scale;
-  pb.q = a.q;
-  pb.kv = a.kv_cache;
-  pb.block_table = a.block_table;
-  pb.cu_seqlens_q = a.cu_seqlens_q;
-  pb.seq_lens = a.seq_lens;
-  pb.topk = a.topk;
-  pb.out = a.out;
-  pb.lse = a.lse;
-  pb.error_flags = a.error_flags;
-  return pb;
-}
-
 }  // namespace
 
 Status workspace_size(const SparseAttentionDecodeArgs& args, size_t* bytes) {
-  const AttnProblem pb = decode_problem(args);
+  const AttnProblem pb = detail::attention_problem(args);
   *bytes = workspace_bytes(pb, device_limits(pb));
   return Status::Ok();
 }
 
 Status run(const SparseAttentionDecodeArgs& args, Workspace workspace, Stream stream) {
-  return run_problem(decode_problem(args), workspace, stream);
+  return run_problem(detail::attention_problem(args), workspace, stream);
 }
-
-namespace {
-
-prefill::AttentionProblem tensor_core_problem(const SparseAttentionPrefillArgs& a) {
-  prefill::AttentionProblem pb;
-  pb.sparse = true;
-  pb.softmax_scale = a.softmax_scale;
-  pb.q = a.q;
-  pb.kv = a.kv_cache;
-  pb.block_table = a.block_table;
-  pb.cu_seqlens_q = a.cu_seqlens_q;
-  pb.seq_lens = a.seq_lens;
-  pb.topk = a.topk;
-  pb.out = a.out;
-  pb.lse = a.lse;
-  pb.error_flags = a.error_flags;
-  return pb;
-}
-
-}  // namespace
 
 // Prefill calls whose shapes suit the tensor-core kernel (prefill::attention_supported) run it;
 // the others the split-K kernels above. The workspace covers either.
 Status workspace_size(const SparseAttentionPrefillArgs& args, size_t* bytes) {
-  const AttnProblem pb = prefill_problem(args);
-  *bytes = std::max(workspace_bytes(pb, device_limits(pb)),
-                    prefill::attention_workspace_bytes(tensor_core_problem(args)));
+  const AttnProblem pb = detail::attention_problem(args);
+  *bytes = std::max(workspace_bytes(pb, device_limits(pb)), prefill::attention_workspace_bytes(pb));
   return Status::Ok();
 }
 
 Status run(const SparseAttentionPrefillArgs& args, Workspace workspace, Stream stream) {
-  const prefill::AttentionProblem tc = tensor_core_problem(args);
-  if (prefill::attention_supported(tc)) {
-    MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, prefill::attention_workspace_bytes(tc)));
-    return prefill::run_attention(tc, workspace, stream);
+  const AttnProblem pb = detail::attention_problem(args);
+  if (prefill::attention_supported(pb)) {
+    MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, prefill::attention_workspace_bytes(pb)));
+    return prefill::run_attention(pb, workspace, stream);
   }
-  return run_problem(prefill_problem(args), workspace, stream);
+  return run_problem(pb, workspace, stream);
 }
 
 }  // namespace cuda

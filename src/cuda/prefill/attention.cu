@@ -109,7 +109,7 @@ bool attention_supported(const AttentionProblem& pb) {
   const DType ot = pb.out.dtype;
   if (ot != qt && ot != DType::kF32) return false;
   if (!q_rows_aligned(pb.q) || !out_aligned(pb.out, ot == DType::kF32 ? 8 : 4)) return false;
-  if (pb.sparse) {
+  if (pb.sparse()) {
     if (pb.topk.shape[2] * tile_tokens(pb) > kMaxUnion) return false;
     if (pb.block_table.shape[1] > 32 * kMaxBitmapWords) return false;
   }
@@ -189,7 +189,7 @@ Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream str
   prm.block_table = pb.block_table.ptr<const int32_t>();
   prm.bt_stride_req = pb.block_table.strides[0];
   prm.bt_stride_block = pb.block_table.strides[1];
-  if (pb.sparse) {
+  if (pb.sparse()) {
     prm.topk = pb.topk.ptr<const int32_t>();
     prm.tk_stride_head = pb.topk.strides[0];
     prm.tk_stride_row = pb.topk.strides[1];
@@ -216,8 +216,8 @@ Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream str
   const int64_t tiles = max_tiles(T, rows.num_requests, tq);
   if (tiles > 0x7FFFFFFF) return detail::not_supported("prefill attention: too many query tiles");
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(hkv));
-  return pb.sparse ? launch_for_dtype<true>(pb, k_map, v_map, prm, grid, cuda_stream)
-                   : launch_for_dtype<false>(pb, k_map, v_map, prm, grid, cuda_stream);
+  return pb.sparse() ? launch_for_dtype<true>(pb, k_map, v_map, prm, grid, cuda_stream)
+                     : launch_for_dtype<false>(pb, k_map, v_map, prm, grid, cuda_stream);
 }
 
 }  // namespace prefill
