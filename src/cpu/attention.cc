@@ -27,8 +27,8 @@
 
 #include "core/attention_problem.h"
 #include "core/backends.h"
+#include "core/thread_pool.h"
 #include "core/validate.h"
-#include "cpu/parallel.h"
 #include "msa/dtype.h"
 
 namespace msa {
@@ -74,7 +74,7 @@ size_t scratch_bytes_per_thread(int64_t block_size, int64_t head_dim, int64_t gr
 
 size_t workspace_bytes(const TensorView& q, const KvCacheView& kv) {
   const int64_t group = q.shape[1] / kv.num_kv_heads();
-  return static_cast<size_t>(kMaxThreads) *
+  return static_cast<size_t>(detail::kMaxThreads) *
          scratch_bytes_per_thread(kv.block_size(), kv.head_dim(), group);
 }
 
@@ -556,18 +556,18 @@ AttendFn pick_attend() {
 
 Status run_problem(const Problem& p, Workspace workspace, const Stream& stream) {
   const size_t per_thread = scratch_bytes_per_thread(p.block_size(), p.head_dim(), p.group());
-  MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, per_thread * kMaxThreads));
+  MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, per_thread * detail::kMaxThreads));
   MSA_RETURN_IF_ERROR(validate_values(p));
 
   // Slicing head groups only when there are fewer (row, KV head) pairs than threads keeps
   // every thread busy in small decode batches; it does not change any head's arithmetic.
   const int64_t pairs = p.num_rows() * p.num_kv_heads();
   if (pairs == 0) return Status::Ok();
-  const int64_t threads = resolve_threads(stream);
+  const int64_t threads = detail::resolve_threads(stream);
   const int64_t slices = std::clamp<int64_t>(ceil_div(threads, pairs), 1, p.group());
   char* ws = static_cast<char*>(workspace.data);
   const AttendFn attend_fn = pick_attend();
-  parallel_for(pairs * slices, stream, [&](int64_t begin, int64_t end, int thread) {
+  detail::parallel_for(pairs * slices, stream, [&](int64_t begin, int64_t end, int thread) {
     float* scratch = reinterpret_cast<float*>(ws + per_thread * static_cast<size_t>(thread));
     for (int64_t item = begin; item < end; ++item) {
       const int64_t slice = item % slices;

@@ -10,8 +10,8 @@
 
 #include "core/backends.h"
 #include "core/index_topk_problem.h"
+#include "core/thread_pool.h"
 #include "core/validate.h"
-#include "cpu/parallel.h"
 #include "msa/dtype.h"
 #include "msa/indexer.h"
 
@@ -276,7 +276,7 @@ void compute_item(const Problem& pb, int64_t t, int64_t h, char* scratch,
 }
 
 size_t workspace_bytes(const Problem& pb) {
-  return static_cast<size_t>(kMaxThreads) *
+  return static_cast<size_t>(detail::kMaxThreads) *
          scratch_layout(pb.max_blocks(), pb.head_dim()).per_thread;
 }
 
@@ -286,7 +286,7 @@ Status run_problem(const Problem& pb, Workspace workspace, Stream stream) {
   const ScratchLayout layout = scratch_layout(pb.max_blocks(), pb.head_dim());
   const int64_t heads = pb.num_heads();
   char* base = static_cast<char*>(workspace.data);
-  parallel_for(pb.num_rows() * heads, stream, [&](int64_t begin, int64_t end, int thread) {
+  detail::parallel_for(pb.num_rows() * heads, stream, [&](int64_t begin, int64_t end, int thread) {
     char* scratch = base + static_cast<size_t>(thread) * layout.per_thread;
     for (int64_t i = begin; i < end; ++i) compute_item(pb, i / heads, i % heads, scratch, layout);
   });

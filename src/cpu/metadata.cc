@@ -12,8 +12,8 @@
 #include <string>
 
 #include "core/backends.h"
+#include "core/thread_pool.h"
 #include "core/validate.h"
-#include "cpu/parallel.h"
 #include "msa/metadata.h"
 
 namespace msa {
@@ -192,7 +192,7 @@ Status run(const BatchMetadataArgs& args, Workspace workspace, Stream stream) {
   const int64_t token_capacity =
       std::max({capacity(args.token_request), capacity(args.token_position),
                 capacity(args.slot_mapping), capacity(args.index_slot_mapping)});
-  parallel_for(token_capacity, stream, [&](int64_t begin, int64_t end, int) {
+  detail::parallel_for(token_capacity, stream, [&](int64_t begin, int64_t end, int) {
     // The request of the first token, then advanced as tokens cross request boundaries.
     int64_t b = std::upper_bound(starts, starts + batch + 1, begin) - starts - 1;
     for (int64_t t = begin; t < end; ++t) {

@@ -5,7 +5,7 @@
 #include <string>
 #include <utility>
 
-#include "cpu/parallel.h"
+#include "core/thread_pool.h"
 #include "engine/synth.h"
 #include "msa/attention.h"
 #include "msa/cache.h"
@@ -275,7 +275,7 @@ Status ModelRunner::Impl::prepare_step(const Batch& b, int64_t* num_tokens) {
   clock.start(kStageActivations);
   if (!o.device.is_cuda()) dirs.resize(static_cast<size_t>(T * 2 * dir_dim));
   const int bs = o.model.sparse_block_size;
-  cpu::parallel_for(o.device.is_cuda() ? 0 : T, stream(), [&](int64_t begin, int64_t end, int) {
+  detail::parallel_for(o.device.is_cuda() ? 0 : T, stream(), [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       float* qd = dirs.data() + t * 2 * dir_dim;
       float* kd = qd + dir_dim;
@@ -315,7 +315,7 @@ Status ModelRunner::Impl::synthesize(int layer, int64_t T) {
   }
 #endif
   uint16_t* dst = qkv.ptr<uint16_t>();
-  cpu::parallel_for(T, stream(), [&](int64_t begin, int64_t end, int) {
+  detail::parallel_for(T, stream(), [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       const float* qd = dirs.data() + t * 2 * dir_dim;
       const float* kd = qd + dir_dim;
@@ -344,7 +344,7 @@ Status ModelRunner::Impl::digest_layer(int layer, int64_t T) {
   }
 #endif
   const float* src = out.ptr<float>();
-  cpu::parallel_for(T, stream(), [&](int64_t begin, int64_t end, int) {
+  detail::parallel_for(T, stream(), [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       digests[static_cast<size_t>(t)] = synth::fold_digest(
           digests[static_cast<size_t>(t)], synth::row_digest(src + t * n, n), layer);

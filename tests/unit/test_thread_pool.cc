@@ -1,17 +1,19 @@
-// cpu::parallel_for: every index is visited exactly once, by contiguous chunks, for any thread
-// count (the basis of the CPU backend's thread-count-independent results).
+// detail::parallel_for: every index is visited exactly once, by contiguous chunks, for any thread
+// count (the basis of the CPU backend's thread-count-independent results), also when calls run
+// concurrently or nest.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <vector>
 
-#include "cpu/parallel.h"
+#include "core/thread_pool.h"
 
 namespace msa {
-namespace cpu {
+namespace detail {
 namespace {
 
 TEST(ParallelFor, CoversEachIndexOnce) {
@@ -49,6 +51,37 @@ TEST(ParallelFor, CoversEachIndexOnce) {
   }
 }
 
+// Calls from several threads at once, and calls from inside a chunk, each cover their items once
+// (the shared pool serves one at a time; the others use threads of their own).
+TEST(ParallelFor, ConcurrentAndNestedCalls) {
+  constexpr int64_t kN = 500;
+  Stream stream;
+  stream.cpu_threads = 4;
+  auto sum_of_indices = [&] {
+    std::atomic<int64_t> sum{0};
+    parallel_for(kN, stream, [&](int64_t begin, int64_t end, int) {
+      for (int64_t i = begin; i < end; ++i) sum += i;
+    });
+    return sum.load();
+  };
+  const int64_t expected = kN * (kN - 1) / 2;
+  std::vector<std::thread> callers;
+  std::atomic<int> good{0};
+  for (int c = 0; c < 4; ++c) {
+    callers.emplace_back([&] {
+      for (int rep = 0; rep < 20; ++rep) good += sum_of_indices() == expected ? 1 : 0;
+    });
+  }
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(good.load(), 80);
+
+  std::atomic<int> nested_good{0};
+  parallel_for(8, stream, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) nested_good += sum_of_indices() == expected ? 1 : 0;
+  });
+  EXPECT_EQ(nested_good.load(), 8);
+}
+
 TEST(ParallelFor, ResolveThreadsClamps) {
   Stream s;
   s.cpu_threads = 100;
@@ -61,5 +94,5 @@ TEST(ParallelFor, ResolveThreadsClamps) {
 }
 
 }  // namespace
-}  // namespace cpu
+}  // namespace detail
 }  // namespace msa
