@@ -63,6 +63,7 @@
 #include "cuda/attention/params.cuh"
 #include "cuda/attention/warp_kernel.cuh"
 #include "cuda/common.cuh"
+#include "cuda/kv_cache.cuh"
 #include "cuda/prefill/prefill.h"
 #include "msa/attention.h"
 
@@ -280,29 +281,23 @@ Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
   prm.q_dtype = pb.q.dtype;
   prm.q_stride_row = pb.q.strides[0];
   prm.q_stride_head = pb.q.strides[1];
-  prm.k = pb.kv.k.data;
-  prm.v = pb.kv.v.data;
-  prm.k_stride_page = pb.kv.k.strides[0];
-  prm.k_stride_head = pb.kv.k.strides[1];
-  prm.k_stride_tok = pb.kv.k.strides[2];
-  prm.v_stride_page = pb.kv.v.strides[0];
-  prm.v_stride_head = pb.kv.v.strides[1];
-  prm.v_stride_tok = pb.kv.v.strides[2];
-  prm.num_cache_blocks = pb.kv.num_blocks();
-  prm.scale_mode = pb.kv.scale_mode;
-  prm.k_scale = nullptr;
-  prm.v_scale = nullptr;
-  prm.ks_stride_head = prm.ks_stride_slot = prm.vs_stride_head = prm.vs_stride_slot = 0;
-  if (pb.kv.scale_mode != KvScaleMode::kNone) {
-    prm.k_scale = pb.kv.k_scale.ptr<const float>();
-    prm.v_scale = pb.kv.v_scale.ptr<const float>();
-  }
-  if (pb.kv.scale_mode == KvScaleMode::kPerTokenHead) {
-    prm.ks_stride_head = pb.kv.k_scale.strides[0];
-    prm.ks_stride_slot = pb.kv.k_scale.strides[1];
-    prm.vs_stride_head = pb.kv.v_scale.strides[0];
-    prm.vs_stride_slot = pb.kv.v_scale.strides[1];
-  }
+  const KvCacheDevice kv = kv_cache_device(pb.kv);
+  prm.k = kv.k;
+  prm.v = kv.v;
+  prm.k_stride_page = kv.k_stride[0];
+  prm.k_stride_head = kv.k_stride[1];
+  prm.k_stride_tok = kv.k_stride[2];
+  prm.v_stride_page = kv.v_stride[0];
+  prm.v_stride_head = kv.v_stride[1];
+  prm.v_stride_tok = kv.v_stride[2];
+  prm.num_cache_blocks = kv.num_blocks;
+  prm.scale_mode = kv.scale_mode;
+  prm.k_scale = kv.k_scale;
+  prm.v_scale = kv.v_scale;
+  prm.ks_stride_head = kv.k_scale_stride[0];
+  prm.ks_stride_slot = kv.k_scale_stride[1];
+  prm.vs_stride_head = kv.v_scale_stride[0];
+  prm.vs_stride_slot = kv.v_scale_stride[1];
   prm.block_table = pb.block_table.ptr<const int32_t>();
   prm.bt_stride_req = pb.block_table.strides[0];
   prm.bt_stride_block = pb.block_table.strides[1];

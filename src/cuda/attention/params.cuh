@@ -26,7 +26,9 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 // In order of first use ("Kernel parameters" in common.cuh): the prologue's fields (the grid's
 // decomposition and top-k ids, the row map, Q and the block table) fill the first three 64-byte
-// lines; then the scales and flags, the main loop's K/V addressing (one line), the outputs.
+// lines; then the scales and flags, the main loop's K/V addressing (one line), the outputs. The
+// cache fields are those of KvCacheDevice (kv_cache.cuh), spread over the lines that use them
+// rather than kept as one struct.
 struct SparseAttnParams {
   int32_t group, head_chunks;
   int32_t topk_width;

@@ -8,6 +8,7 @@
 
 #include "core/validate.h"
 #include "cuda/common.cuh"
+#include "cuda/kv_cache.cuh"
 #include "cuda/prefill/attention_kernel.cuh"
 #include "cuda/prefill/prefill.h"
 #include "cuda/prefill/tiles.cuh"
@@ -173,19 +174,20 @@ Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream str
   prm.q_stride_row = pb.q.strides[0];
   prm.q_stride_head = pb.q.strides[1];
   const KvCacheView& kv = pb.kv;
+  const KvCacheDevice kvd = kv_cache_device(kv);
   CUtensorMap k_map{}, v_map{};
   if (kv.k.dtype == DType::kE4M3) {
-    prm.k8 = static_cast<const uint8_t*>(kv.k.data);
-    prm.v8 = static_cast<const uint8_t*>(kv.v.data);
+    prm.k8 = static_cast<const uint8_t*>(kvd.k);
+    prm.v8 = static_cast<const uint8_t*>(kvd.v);
     for (int i = 0; i < 3; ++i) {
-      prm.k_stride[i] = kv.k.strides[i];
-      prm.v_stride[i] = kv.v.strides[i];
+      prm.k_stride[i] = kvd.k_stride[i];
+      prm.v_stride[i] = kvd.v_stride[i];
     }
   } else {
     MSA_RETURN_IF_ERROR(encode_side(&k_map, "kv_cache.k", kv.k));
     MSA_RETURN_IF_ERROR(encode_side(&v_map, "kv_cache.v", kv.v));
   }
-  prm.num_cache_blocks = kv.num_blocks();
+  prm.num_cache_blocks = kvd.num_blocks;
   prm.block_table = pb.block_table.ptr<const int32_t>();
   prm.bt_stride_req = pb.block_table.strides[0];
   prm.bt_stride_block = pb.block_table.strides[1];
@@ -203,12 +205,10 @@ Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream str
   prm.lse = lse;
   prm.lse_stride_row = lse_s0;
   prm.lse_stride_head = lse_s1;
-  const float scale =
-      pb.softmax_scale != 0.0f ? pb.softmax_scale : 1.0f / std::sqrt(static_cast<float>(kAttnDim));
-  prm.scale_log2 = scale * kLog2e;
+  prm.scale_log2 = pb.scale() * kLog2e;
   if (kv.scale_mode == KvScaleMode::kPerLayer) {
-    prm.k_scale = kv.k_scale.ptr<const float>();
-    prm.v_scale = kv.v_scale.ptr<const float>();
+    prm.k_scale = kvd.k_scale;
+    prm.v_scale = kvd.v_scale;
   }
   prm.group = static_cast<int32_t>(hq / hkv);
   prm.tile_tokens = tq;
