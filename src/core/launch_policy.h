@@ -52,9 +52,9 @@ constexpr int64_t kIndexBalancedMaxRequests = 1024;
 // the pieces are as long as the CTA's shared memory allows: block maxima for
 // kIndexScoreMaxBlockHeads (block, row-head) pairs and page ids for at most
 // kIndexBalancedMaxPieceBlocks blocks. In 32-block pieces that restart took 13% of the warps'
-// time in the 128K x 64 e4m3 call (Nsight Compute, bench/results/2026-11-30-2d60c8a-ncu-e4m3/);
-// pieces of up to 256 blocks made the balanced calls 3-5% faster (128K x 64 275.0 -> 261.4 us,
-// bench/results/2026-11-30-index-balanced-long-pieces-ab/).
+// time in the 128K x 64 e4m3 call (Nsight Compute, bench/EXPERIMENTS.md:
+// 2026-11-30-2d60c8a-ncu-e4m3); pieces of up to 256 blocks made the balanced calls 3-5% faster
+// (128K x 64 275.0 -> 261.4 us, bench/EXPERIMENTS.md: 2026-11-30-index-balanced-long-pieces-ab).
 constexpr int kIndexScoreMaxBlockHeads = 1024;
 constexpr int kIndexBalancedMaxPieceBlocks = 256;
 
@@ -75,7 +75,7 @@ struct BlockRange {
 // more key bytes: the CTA's warps meet, write the piece's block maxima, load the next request's
 // queries and page ids and refill their key pipelines. On the H200 a CTA whose share straddled
 // two requests finished 3-5 us after the others, with bf16 and e4m3 keys alike, at ~17 GB/s per
-// CTA (one wave of two CTAs per SM) (bench/results/2026-12-01-index-balanced-lead-units/).
+// CTA (one wave of two CTAs per SM) (bench/EXPERIMENTS.md: 2026-12-01-index-balanced-lead-units).
 constexpr int64_t kIndexBalancedRestartBytes = 64 * 1024;
 // At most this many lead units per request (blocks of 1 KB and less); it also bounds the prefix
 // sums (plan_index_launch).
@@ -172,14 +172,14 @@ constexpr int64_t kIndexClusterSelectMaxBlocks = 256;
 // 16 at 8K as sixteen 8-CTA clusters of 8-block CTAs took 22.5 us against 21.7 us (256 4-block
 // CTAs and the select kernel), batch 1 at 8K as one 16-CTA cluster of 4-block CTAs 13.3 against
 // 11.8 us (64 one-block CTAs and the select kernel)
-// (bench/results/2026-11-30-index-cluster-select-ab/).
+// (bench/EXPERIMENTS.md: 2026-11-30-index-cluster-select-ab).
 constexpr int kIndexClusterGrowBlocks = 4;
 // Longest score CTAs (blocks) for which the select kernel launches as the score CTAs start: with
 // short CTAs its launch and row setup then hide behind the whole score kernel (index call on the
 // H200: batch 1 at 8K 11.0 -> 9.4 us, batch 16 at 8K 21.2 -> 20.1 us, against launching once
 // the CTAs have scored). With 16-block CTAs that ran up to 3 us slower at some shapes (32K x 16
 // bf16 46.7 -> 49.9 us) and faster at others, so longer CTAs let it launch only once they have
-// scored (bench/results/2026-11-30-index-query-tiles-pdl-ab/). Only for tables the select
+// scored (bench/EXPERIMENTS.md: 2026-11-30-index-query-tiles-pdl-ab). Only for tables the select
 // kernel ranks in one pass (kIndexClusterSelectMaxBlocks columns): at 128K x 1 (1024 columns,
 // sampled-candidate selection) the early launch made the benchmark's whole decode step 5-7 us
 // slower with bf16 keys (2026-11-30-a5056f8-decode.md), for no gain in the index call.
@@ -190,7 +190,7 @@ constexpr int kIndexEarlySelectMaxBlocks = 4;
 // 15.3 us as 128 two-block CTAs, and batch 4 at 8K 13.5 (in-cluster selection) against 12.9 us.
 // Doubling further, to one CTA per SM for every grid, was slower wherever the one-wave plan
 // already had longer CTAs (32K x 16: 46 -> 62 us, 8K x 64 and 512K x 1: +3 and +5 us), as the
-// stream then has half the warps per SM (bench/results/2026-11-30-index-two-block-ctas-ab/).
+// stream then has half the warps per SM (bench/EXPERIMENTS.md: 2026-11-30-index-two-block-ctas-ab).
 constexpr int kIndexMinBlocksPerCtaPastSms = 2;
 
 // A static score grid whose CTAs own at least this many blocks runs the scorer's 32-key-tile
@@ -199,7 +199,7 @@ constexpr int kIndexMinBlocksPerCtaPastSms = 2;
 // the e4m3 index calls of 16-block CTAs 2-4% faster (8K x 64 28.5 -> 27.6 us, 128K x 4 31.8
 // -> 30.6, 512K x 1 33.5 -> 32.1), while grids of 2-4-block CTAs, whose warps own one or two tiles,
 // were 3-11% slower with it (8K x 4 11.2 -> 11.7, 32K x 4 with 4 rows per request 21.0 -> 23.3)
-// (bench/results/2026-11-30-index-m2-tiles-ab/, call 3).
+// (bench/EXPERIMENTS.md: 2026-11-30-index-m2-tiles-ab, call 3).
 constexpr int kIndexWideTileMinBlocksPerCta = 16;
 
 // Whether a plan's score grid is static with CTAs long enough for 32-key tiles, and fits one wave
@@ -225,7 +225,7 @@ inline bool index_static_wide_tiles(const IndexLaunchPlan& p, int64_t wide_wave)
 // blocks of all requests at run time (balanced_share): a static CTA's work is fixed by the plan,
 // so in a ragged batch the CTAs of short requests would leave their SMs idle while the long
 // requests stream (ragged e4m3 index calls 9-31% faster on the H200,
-// bench/results/2026-11-30-index-balanced-grid-ab/).
+// bench/EXPERIMENTS.md: 2026-11-30-index-balanced-grid-ab).
 //
 // The top-k selection is then a second kernel, one CTA per (row, head), except in decode calls
 // (a row tile is one request) with block tables of at most kIndexClusterSelectMaxBlocks columns
@@ -326,13 +326,14 @@ constexpr int64_t kAttnClusterMaxSubtiles = 2 * kAttnWarpsPerCta;
 // 1-14, or 1-3 with 4 speculative rows): one kernel instead of two, which took the batch-1
 // attention stage from 15.7 to 13.7 us. Otherwise the pieces (at most kAttnMaxSplits) are combined
 // by a merge kernel: at batch 16-64 the cluster cuts were slower, because 16-CTA clusters only fit
-// 14 at a time and smaller ones mean longer splits (bench/results/2026-11-29-cluster-merge-ab/).
+// 14 at a time and smaller ones mean longer splits (bench/EXPERIMENTS.md:
+// 2026-11-29-cluster-merge-ab).
 //
 // block_entries: the top-k width W when the call can run the one-block kernel (16-bit or e4m3
 // K/V, head dim 128, 128-key blocks), else 0. Where a split per list entry still fits one resident
 // wave (W x rows x head groups <= kAttnCtasPerSm per SM; TP4 decode batch 1-16 at top-16), each
 // list entry is a split of its own for that kernel, ahead of both plans above: batch 1-16 attention
-// 2-3 us faster on the H200 (bench/results/2026-12-01-attn-block-ctas/).
+// 2-3 us faster on the H200 (bench/EXPERIMENTS.md: 2026-12-01-attn-block-ctas).
 inline AttnLaunchPlan plan_attention_launch(int64_t rows, int64_t head_groups, int64_t max_subtiles,
                                             int sm_count, AttnClusterLimits clusters = {},
                                             int64_t block_entries = 0) {

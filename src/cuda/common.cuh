@@ -47,7 +47,7 @@ __device__ __forceinline__ float to_float(uint8_t v) {
 // lengths and head-chunk counts usually are; the test is uniform where d is), else a 32-bit
 // division. The attention kernel's divisions sit on its path to its next loads, and a 32-bit
 // division is ~20 dependent instructions around a MUFU.RCP (a 64-bit one adds a branch to a
-// library call): bench/results/2026-12-01-attn-divisions/. The index scorers keep plain
+// library call): bench/EXPERIMENTS.md: 2026-12-01-attn-divisions. The index scorers keep plain
 // divisions, whose register use their instances at the 128-register bound are tuned to.
 __device__ __forceinline__ uint32_t div_u32(uint32_t x, uint32_t d) {
   return (d & (d - 1)) == 0 ? x >> (__ffs(static_cast<int>(d)) - 1) : x / d;
@@ -57,28 +57,28 @@ __device__ __forceinline__ uint32_t div_u32(uint32_t x, uint32_t d) {
 // cold at its start. A uniform read (ULDC, or a c[] operand) that misses stalls the warp until
 // its 64-byte line arrives, and a warp's first misses come one after another (Nsight Compute
 // `imc` stalls: 3-12% of the warp samples of the decode kernels,
-// bench/results/2026-12-01-param-lines-insert-grid/). Every kernel reads the line at offset 0x200
-// (it holds the global memory descriptor), and a struct starts at 0x210, so its first 48 bytes
-// share that line. Parameter structs therefore list their fields in order of first use, so that
-// the fields the prologue needs before its first loads share as few lines as possible; RowMap
+// bench/EXPERIMENTS.md: 2026-12-01-param-lines-insert-grid). Every kernel reads the line at offset
+// 0x200 (it holds the global memory descriptor), and a struct starts at 0x210, so its first 48
+// bytes share that line. Parameter structs therefore list their fields in order of first use, so
+// that the fields the prologue needs before its first loads share as few lines as possible; RowMap
 // is one line.
 //
 // Issuing loads: a load whose value is used in the branch that issued it (load_as_float in a
 // loop converts each element inside its dtype case; `cond ? p[i] : 0` does the same) makes the
 // thread wait for it before it issues the next, one memory round trip per element (measured
-// ~0.2 us each on the H200, bench/results/2026-11-29-latency-probes/). Kernels therefore take the
-// dtype branch once, issue all loads unconditionally (indices clamped into the tensor, unused
-// values dropped after they arrive) and convert afterwards, as ld_raw_elems and
+// ~0.2 us each on the H200, bench/EXPERIMENTS.md: 2026-11-29-latency-probes). Kernels therefore
+// take the dtype branch once, issue all loads unconditionally (indices clamped into the tensor,
+// unused values dropped after they arrive) and convert afterwards, as ld_raw_elems and
 // raw_elems_to_floats do.
 // Loads issued where they are written, as raw bits. A plain load can still cost its own round
 // trip: the compiler converts its value right after it when a branch follows (an i32 -> i64 sign
 // extension, a bf16 unpack, a dtype switch), and the thread waits there before it reaches the
-// next load (seen in Nsight Compute source counters, bench/results/2026-12-01-prologue-loads/).
-// An asm volatile load stays in program order with the others, and its value is not touched
-// until the caller converts it, after its other independent loads. ptxas may still sink a load
-// into the conditional block that alone uses its value (st_shared_b16_if). Coherent ld.global:
-// the buffers may be written by an earlier kernel of the stream; not ordered against this
-// thread's own stores (the callers load before they store).
+// next load (seen in Nsight Compute source counters, bench/EXPERIMENTS.md:
+// 2026-12-01-prologue-loads). An asm volatile load stays in program order with the others, and its
+// value is not touched until the caller converts it, after its other independent loads. ptxas may
+// still sink a load into the conditional block that alone uses its value (st_shared_b16_if).
+// Coherent ld.global: the buffers may be written by an earlier kernel of the stream; not ordered
+// against this thread's own stores (the callers load before they store).
 __device__ __forceinline__ uint32_t ld_raw_u8(const void* p) {
   uint32_t v;
   asm volatile("ld.global.u8 %0, [%1];" : "=r"(v) : "l"(p));

@@ -29,7 +29,7 @@
 //
 // Each warp processes its subtiles while the loads of the next are in flight (a register double
 // buffer). Three forms, chosen by the launcher from same-call A/B timings
-// (bench/results/2026-11-30-attn-two-buffers-ab/, 2026-11-30-attn-e4m3-f16-ab/):
+// (bench/EXPERIMENTS.md: 2026-11-30-attn-two-buffers-ab, 2026-11-30-attn-e4m3-f16-ab):
 //  * two buffers in turn (kTwoBuffers), no copy between them (the copy is ~65 register moves per
 //    subtile): faster for 16-bit K/V with 4 rows per request. Its loop body is twice the code; in
 //    the in-cluster calls of small batches (about 2 subtiles per warp) it made the whole decode
@@ -218,7 +218,7 @@ struct SubtileLoader {
     // Rows past the position (only in subtile tail_i) read the last visible one. For 16-bit K/V
     // the test is a branch (uniform across the warp), so the other subtiles' loads take no
     // clamps; the e4m3 instances were slower that way
-    // (bench/results/2026-11-30-attn-tail-branch-16bit-ab/).
+    // (bench/EXPERIMENTS.md: 2026-11-30-attn-tail-branch-16bit-ab).
     if constexpr (sizeof(CacheT) == 2) {
       if (ti == tail_i) {
         load_v_rows(page, off, vb, tail_last, t);
@@ -650,7 +650,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     // The merge kernel combines the normalised partials and their log2-sum-exps. It is a
     // dependent launch that waits for them (wait_for_prior_grid), so it may start now: a
     // trigger at the CTA's start, after its main loop or at its exit made merge-kernel calls
-    // slower (bench/results/2026-12-01-attn-merge-trigger/).
+    // slower (bench/EXPERIMENTS.md: 2026-12-01-attn-merge-trigger).
     allow_dependent_launch();
     store_partials<D>(prm, row, head0, nh, split, tid, o, s_lse);
     return;

@@ -20,22 +20,22 @@
 //      which keeps the kernel memory-bound with e4m3 keys and query_len > 1 where the SIMT fp32
 //      FMAs + conversions were the limit. Its lanes load 16 bytes of keys at a time whatever the
 //      key type (e4m3 8 -> 16 bytes: index call 1-3% faster on the H200,
-//      bench/results/2026-11-30-index-wide-e4m3-dense-ab/), so e4m3 key rows that are not
+//      bench/EXPERIMENTS.md: 2026-11-30-index-wide-e4m3-dense-ab), so e4m3 key rows that are not
 //      16-byte aligned, like other head dims, use the SIMT index_score_kernel.
 //   2. index_select_kernel, grid (T, H): exact selection of the min(topk, nvb) best keys (tier,
 //      score, lower id) and an ascending front-packed write, -1 padded. Block tables of at most
 //      256 columns (contexts up to 32K at block 128) run index_select_narrow_kernel, that path's
 //      code alone (the kernel starts with cold instruction caches: 1.7-2.8 us shorter than as a
-//      branch of the wide-table kernel, bench/results/2026-12-01-select-narrow-kernel/): rows of
-//      more than 64 blocks with top-k up to 16 find the K-th key by a warp tournament, the others
-//      count each visible block's rank against the row's keys in shared memory
+//      branch of the wide-table kernel, bench/EXPERIMENTS.md: 2026-12-01-select-narrow-kernel):
+//      rows of more than 64 blocks with top-k up to 16 find the K-th key by a warp tournament, the
+//      others count each visible block's rank against the row's keys in shared memory
 //      (write_row_topk_by_rank); tables up to 4096 columns rank a candidate set cut by a lower
 //      bound on the K-th key, from the warps' largest keys or else from samples
 //      (select_wide_by_candidates); the rest, and candidate sets that come out too large, find
 //      the K-th key by an 8-bit radix descent. On the H200 the rank count took the 8K x 1 index
 //      call from 19.7 to 12.4 us and the sampled one 128K x 1 from 29.9 to 26.6 us
-//      (bench/results/2026-11-29-select-rank-ab/); the warps' bound took 128K x 1 from 25.4 to
-//      23.8 us and 512K x 1 from 56.5 to 51.8 us (2026-11-30-select-warp-tops-ab/; on tables of
+//      (bench/EXPERIMENTS.md: 2026-11-29-select-rank-ab); the warps' bound took 128K x 1 from 25.4
+//      to 23.8 us and 512K x 1 from 56.5 to 51.8 us (2026-11-30-select-warp-tops-ab; on tables of
 //      at most 256 columns it was up to 0.8 us slower than the rank count, so they keep that).
 //      It is a programmatic dependent launch: its CTAs start while the score kernel finishes
 //      (while it runs, after one-wave grids of short CTAs: plan.early_select), resolve their
@@ -53,21 +53,21 @@
 //   CTAs of short requests idle while the long ones stream; the shares keep every SM streaming:
 //   ragged e4m3 index calls 9-31% faster (512K x 4 62.5 -> 43.3 us, 128K x 64 200 -> 182),
 //   uniform ones within -3..+2.3%
-//   (bench/results/2026-11-30-index-balanced-grid-ab/). bf16 keys with more query vectors keep
-//   the static grid: their 4-tile scorer is at its 128-register bound, and the balanced loop's
+//   (bench/EXPERIMENTS.md: 2026-11-30-index-balanced-grid-ab). bf16 keys with more query vectors
+//   keep the static grid: their 4-tile scorer is at its 128-register bound, and the balanced loop's
 //   state spilled inside its tile loop (1.9x slower). Their one-n-tile scorer fits with two named
 //   buffers. With 32-block pieces its uniform calls were 2-4% slower on the balanced grid and only
-//   ragged ones faster (bench/results/2026-11-30-index-bf16-balanced-ab/). With pieces of up to
-//   256 blocks, uniform calls are 0.7-1.5% faster and ragged ones 4-15% (128K x 64 501.8 -> 496.0
-//   us, 512K x 16 ragged 245.8 -> 227.1; 2026-11-30-index-bf16-balanced-long-pieces-ab/).
-//   Over e4m3 keys at head dim 64 or 128 with one query n-tile (wide_key_tiles), a warp of the
-//   balanced grid scores 32 keys per tile instead of 16: the tile's epilogue, addressing and
-//   query loads serve twice the keys (~130 instead of ~190 instructions per 16 keys with e4m3
-//   queries at head dim 128). There it replaced an 80-register instance at three CTAs per SM
-//   (more warps, the same instructions per key): e4m3 index calls 7-12% faster, 128K x 64 294.3
+//   ragged ones faster (bench/EXPERIMENTS.md: 2026-11-30-index-bf16-balanced-ab). With pieces of up
+//   to 256 blocks, uniform calls are 0.7-1.5% faster and ragged ones 4-15% (128K x 64 501.8 ->
+//   496.0 us, 512K x 16 ragged 245.8 -> 227.1; 2026-11-30-index-bf16-balanced-long-pieces-ab). Over
+//   e4m3 keys at head dim 64 or 128 with one query n-tile (wide_key_tiles), a warp of the balanced
+//   grid scores 32 keys per tile instead of 16: the tile's epilogue, addressing and query loads
+//   serve twice the keys (~130 instead of ~190 instructions per 16 keys with e4m3 queries at head
+//   dim 128). There it replaced an 80-register instance at three CTAs per SM (more warps, the same
+//   instructions per key): e4m3 index calls 7-12% faster, 128K x 64 294.3
 //   -> 272.4 us, 512K x 4 95.7 -> 83.7, ragged 128K x 64 158.2 -> 148.8
-//   (bench/results/2026-11-30-index-m2-tiles-ab/); at head dim 64 and with bf16 queries the
-//   balanced calls gained 7-17% (2026-11-30-index-m2-more-ab/). Static grids of such problems
+//   (bench/EXPERIMENTS.md: 2026-11-30-index-m2-tiles-ab); at head dim 64 and with bf16 queries the
+//   balanced calls gained 7-17% (2026-11-30-index-m2-more-ab). Static grids of such problems
 //   use the 32-key scorer when their CTAs own 16 blocks or more and the grid fits one wave of
 //   it (index_static_wide_tiles, static_wide_key_tiles; 2-13% there, and 3-11% slower with
 //   2-4-block CTAs).
@@ -204,8 +204,8 @@ auto mma_instance() {
 
 // Decode calls with at most 8 query vectors per request (query_len x H_idx) use the scorer
 // instance that holds one n-tile of queries: with e4m3 keys 10% faster at 128K x 64 on the H200,
-// 2-6% at batch 1-16 (bench/results/2026-11-30-index-query-tiles-pdl-ab/). bf16 keys use it
-// since its tile loop stopped spilling (bench/results/2026-11-30-index-bf16-one-tile-ab/);
+// 2-6% at batch 1-16 (bench/EXPERIMENTS.md: 2026-11-30-index-query-tiles-pdl-ab). bf16 keys use it
+// since its tile loop stopped spilling (bench/EXPERIMENTS.md: 2026-11-30-index-bf16-one-tile-ab);
 // prefill tiles and larger decode rows keep the 4-tile one (up to kMaxScoreRowHeads vectors).
 bool one_query_tile(const IndexProblem& pb) {
   return pb.query_len > 0 && pb.query_len * pb.num_heads() <= 8;
@@ -254,9 +254,9 @@ ClusterScoreKernel cluster_score_kernel(const IndexProblem& pb) {
 // 64 or 128, either query type, blocks a multiple of 32 keys. Its balanced grid always uses it; its
 // static grid where the CTAs are long (index_static_wide_tiles) and static_wide_key_tiles allows.
 // On the H200 the balanced calls took 7-17% less time with it, e4m3 queries at head dim 128
-// (128K x 64 294.3 -> 272.4 us; bench/results/2026-11-30-index-m2-tiles-ab/) as well as head dim
-// 64 and bf16 queries (128K x 64: head dim 64 200.5 -> 182.2, bf16 queries 357.3 -> 295.3;
-// bench/results/2026-11-30-index-m2-more-ab/).
+// (128K x 64 294.3 -> 272.4 us; bench/EXPERIMENTS.md: 2026-11-30-index-m2-tiles-ab) as well as head
+// dim 64 and bf16 queries (128K x 64: head dim 64 200.5 -> 182.2, bf16 queries 357.3 -> 295.3;
+// bench/EXPERIMENTS.md: 2026-11-30-index-m2-more-ab).
 bool wide_key_tiles(const IndexProblem& pb) {
   return pb.index_cache.dtype == DType::kE4M3 && one_query_tile(pb) &&
          (pb.head_dim() == 64 || pb.head_dim() == 128) && pb.index_cache.shape[1] % 32 == 0;
@@ -264,8 +264,8 @@ bool wide_key_tiles(const IndexProblem& pb) {
 
 // Whether long static CTAs of a wide_key_tiles problem take the 32-key tiles too: not with bf16
 // queries at head dim 128, whose 16-block CTAs gained at 8K x 64 (31.4 -> 29.8 us) and lost at
-// 128K x 4 (33.5 -> 34.6) in the same call (bench/results/2026-11-30-index-m2-more-ab/). At head
-// dim 64 they gained 12% (128K x 4: 26.4 -> 23.0 us; 2026-11-30-index-static-wide-d64-ab/).
+// 128K x 4 (33.5 -> 34.6) in the same call (bench/EXPERIMENTS.md: 2026-11-30-index-m2-more-ab). At
+// head dim 64 they gained 12% (128K x 4: 26.4 -> 23.0 us; 2026-11-30-index-static-wide-d64-ab).
 bool static_wide_key_tiles(const IndexProblem& pb) {
   return wide_key_tiles(pb) && (pb.head_dim() == 64 || pb.index_q.dtype == DType::kE4M3);
 }
@@ -291,8 +291,8 @@ BalancedScorer wide_tile_balanced_scorer(const IndexProblem& pb) {
 // Whether a decode problem may run the balanced grid (query_launch_info): e4m3 keys up to head
 // dim 192 (at 256 their instances spill), bf16 keys with one query n-tile at head dim 64 or 128.
 // The bf16 four-tile instance spilled inside its tile loop at the 128-register bound and was 1.9x
-// slower than the static grid (bench/results/2026-11-30-index-balanced-grid-ab/); the one-tile
-// instance fits with the double buffer as two named buffers.
+// slower than the static grid (bench/EXPERIMENTS.md: 2026-11-30-index-balanced-grid-ab); the
+// one-tile instance fits with the double buffer as two named buffers.
 bool has_balanced_grid(const IndexProblem& pb) {
   if (pb.index_cache.dtype == DType::kE4M3) return pb.head_dim() <= 192;
   return one_query_tile(pb) && (pb.head_dim() == 64 || pb.head_dim() == 128);

@@ -19,7 +19,7 @@ namespace cuda {
 // from two 32-bit halves with selects and no branch: the wide select kernel builds up to 16 keys
 // per thread while its CTA runs alone on its SM, and the branchy form (a convergence region per
 // tier test) cost ~0.2 us per key there (%globaltimer trace,
-// bench/results/2026-12-01-select-key-build/).
+// bench/EXPERIMENTS.md: 2026-12-01-select-key-build).
 __device__ __forceinline__ uint64_t selection_key(float s, int32_t b, int32_t init_blocks,
                                                   int32_t local_start) {
   const uint32_t id_bits = 0x3FFFFFFFu - static_cast<uint32_t>(b);
@@ -174,7 +174,7 @@ constexpr int kTournamentKeys = 16;
 // Rows of at most this many visible blocks keep the rank count, which then runs on the two warps
 // that hold them and costs less than the tournament's eight: with the tournament the 8K index
 // calls (64 columns) were 0.5-1.5 us slower on the H200, the 32K ones (256 columns) 0.3-1.4 us
-// faster (bench/results/2026-12-01-select-tournament-rolled/).
+// faster (bench/EXPERIMENTS.md: 2026-12-01-select-tournament-rolled).
 constexpr int64_t kTournamentMinBlocks = 64;
 
 // The kept-th largest of the CTA's keys (one per thread, 0 for none; keys distinct where
@@ -187,8 +187,8 @@ constexpr int64_t kTournamentMinBlocks = 64;
 // instruction caches (at 32K x 1 the warps spent 46% of their stalled cycles waiting for
 // instructions, Nsight Compute): unrolled, the network took the kernel 1.4 us longer than with
 // these loops, and no less time than the count
-// (bench/results/2026-12-01-select-tournament-rolled/). Uses sm.keys; returns after a barrier,
-// so sm.keys may be reused at once.
+// (bench/EXPERIMENTS.md: 2026-12-01-select-tournament-rolled). Uses sm.keys; returns after a
+// barrier, so sm.keys may be reused at once.
 __device__ uint64_t tournament_threshold(uint64_t key, int64_t kept, SelectSmem& sm) {
   static_assert(
       kSelectWarps * kTournamentKeys + kSelectWarps / 2 * kTournamentKeys <= kSelectThreads,
@@ -263,7 +263,7 @@ __device__ bool select_candidates(const IndexSelectParams& prm, int64_t row, int
   // candidates fill at most the CTA), each counting the keys above it in one slice of the set, so
   // the usual few dozen candidates take one 16-key batch per thread rather than a serial chain of
   // four (~0.8 us at 128K x 16 where the whole select took ~3.5 us; %globaltimer trace,
-  // bench/results/2026-12-01-select-key-build/). Slices start on 16-key boundaries (16-byte
+  // bench/EXPERIMENTS.md: 2026-12-01-select-key-build). Slices start on 16-key boundaries (16-byte
   // loads in count_above).
   const int log_parts = candidates <= kSelectThreads / 4 ? 2 : candidates <= kSelectThreads / 2;
   const int c = tid >> log_parts, part = tid & ((1 << log_parts) - 1);
@@ -419,7 +419,7 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
   // are issued, so that its load overlaps the wait and theirs. Resolving it before the wait (a
   // branch on the loaded length) put a cold load, ~0.65 us from entry to the wait, on the path
   // of every select CTA launched after the score grid's last CTA
-  // (bench/results/2026-12-01-select-key-build/).
+  // (bench/EXPERIMENTS.md: 2026-12-01-select-key-build).
   const int64_t req = decode_request(prm.rows, row);
   const uint32_t early_seq_len = ld_decode_seq_len_of(prm.rows, req);
   wait_for_prior_grid();  // the scores come from the score kernel
@@ -568,7 +568,7 @@ __global__ void __launch_bounds__(kSelectThreads) index_select_kernel(const Inde
 // its code is the rank path's alone: one select CTA runs with cold instruction caches at the end
 // of the index call, and its warps spent 46% of their stalled cycles waiting for instructions at
 // 32K x 1 while the path was one branch of the wide-table kernel (Nsight Compute,
-// bench/results/2026-12-01-select-tournament-rolled/).
+// bench/EXPERIMENTS.md: 2026-12-01-select-tournament-rolled).
 __global__ void __launch_bounds__(kSelectThreads)
     index_select_narrow_kernel(const IndexSelectParams prm) {
   __shared__ SelectSmem sm;
