@@ -55,9 +55,9 @@ __device__ __forceinline__ uint32_t div_u32(uint32_t x, uint32_t d) {
 
 // Kernel parameters: a kernel reads its parameter struct through the constant cache, which is
 // cold at its start. A uniform read (ULDC, or a c[] operand) that misses stalls the warp until
-// its 64-byte line arrives, and a warp's first misses come one after another (Nsight Compute
-// `imc` stalls: 3-12% of the warp samples of the decode kernels,
-// bench/EXPERIMENTS.md: 2026-12-01-param-lines-insert-grid). Every kernel reads the line at offset
+// its 64-byte line arrives, and a warp's first misses come one after another (Nsight Compute's
+// `imc` stalls in the decode kernels, bench/EXPERIMENTS.md: 2026-12-01-param-lines-insert-grid).
+// Every kernel reads the line at offset
 // 0x200 (it holds the global memory descriptor), and a struct starts at 0x210, so its first 48
 // bytes share that line. Parameter structs therefore list their fields in order of first use, so
 // that the fields the prologue needs before its first loads share as few lines as possible; RowMap
@@ -65,8 +65,8 @@ __device__ __forceinline__ uint32_t div_u32(uint32_t x, uint32_t d) {
 //
 // Issuing loads: a load whose value is used in the branch that issued it (load_as_float in a
 // loop converts each element inside its dtype case; `cond ? p[i] : 0` does the same) makes the
-// thread wait for it before it issues the next, one memory round trip per element (measured
-// ~0.2 us each on the H200, bench/EXPERIMENTS.md: 2026-11-29-latency-probes). Kernels therefore
+// thread wait for it before it issues the next, one memory round trip per element
+// (bench/EXPERIMENTS.md: 2026-11-29-latency-probes). Kernels therefore
 // take the dtype branch once, issue all loads unconditionally (indices clamped into the tensor,
 // unused values dropped after they arrive) and convert afterwards, as ld_raw_elems and
 // raw_elems_to_floats do.
@@ -396,7 +396,8 @@ inline int device_sm_count() {
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
     (void)cudaGetLastError();
-    return 132;  // H200; only reached when the runtime cannot answer, and then no launch works
+    return 132;  // an H100/H200's; only reached when the runtime cannot answer, and then no
+                 // launch works
   }
   return n;
 }

@@ -20,17 +20,17 @@ namespace cuda {
 // The split-K form of small decode batches where every split is one selected block: a CTA of
 // 8 warps takes entry `split` of the row's list and issues all of the block's K and V (64 KB of
 // bf16) as 16-byte asynchronous copies into shared memory at once, 16 per thread (e4m3: 8-byte
-// register loads, converted on their way to shared memory), so each warp has 8 KB in flight (a
-// warp drains about 4 KB per microsecond after a round trip,
-// bench/EXPERIMENTS.md: 2026-11-30-attn-wide-ctas-ab; 4-warp CTAs of two 16-key subtiles per warp,
-// loaded into registers, had 16 KB per warp). QK^T is split by keys (warp w: keys 16w..16w+15),
+// register loads, converted on their way to shared memory), so each warp has 8 KB in flight: a
+// warp's bytes arrive slowly after a round trip, so many warps with moderate amounts in flight
+// pull a block faster than the 4-warp kernel's (bench/EXPERIMENTS.md:
+// 2026-11-30-attn-wide-ctas-ab). QK^T is split by keys (warp w: keys 16w..16w+15),
 // one softmax over the block's 128 keys (row maxima and sums cross the warps through shared
 // memory), and P.V by output dims (warp w: dims 16w..16w+15), so no warp's outputs need merging
 // with another's. Operands go to the MMAs with ldmatrix from shared memory whose rows are
 // 16-byte chunks XOR-swizzled by row (conflict-free ldmatrix of 8 rows of one chunk column).
-// The partials go to the merge kernel. bench/EXPERIMENTS.md: 2026-12-01-attn-block-ctas has the
-// design's origin (the incumbent's split-K decode written in Triton ran 2-3 us faster at
-// batch 1-16 than the 4-warp kernel in the same harness) and the timings.
+// The partials go to the merge kernel. The design follows the incumbent's split-K decode, which
+// was faster at batch 1-16 than the 4-warp kernel in the same harness (bench/EXPERIMENTS.md:
+// 2026-12-01-attn-block-ctas).
 constexpr int kBlockThreads = 256;
 constexpr int kBlockWarps = kBlockThreads / 32;
 constexpr int kBlockKeys = 128;

@@ -1,54 +1,39 @@
-// CUDA backend of sparse attention, decode and prefill forms (spec A5, A7, A8).
+// CUDA backend of sparse attention, decode and prefill forms (spec A5, A7, A8); prefill calls
+// whose shapes suit it run the tensor-core kernel of src/cuda/prefill instead.
 //
-// Work decomposition: one CTA per (query row, KV head, chunk of 16 q heads, split). Two kernels:
-//  * sparse_attention_block_kernel (8 warps; 16-bit or e4m3 K/V, head dim 128, 128-key blocks)
-//    when a split per selected block fits one resident wave (TP4 decode batch 1-16 at top-16):
-//    each CTA copies its block's K and V into shared memory at once and computes it whole, and
-//    the merge kernel combines the blocks (described with the kernel in block_kernel.cuh);
-//  * sparse_attention_kernel (4 warps) otherwise, described here.
-// The G q heads of a KV head share every K/V load by forming the M dimension of
-// mma.sync.m16n8k16 (G = 16 fills it; G = 8 at TP8 pads with zero rows), so the cache bytes of a
-// row are read once per CTA, not once per head. Operands go from global memory straight into
-// MMA fragments (see the layout note in warp_kernel.cuh): no shared-memory staging,
-// no CTA barriers in the main loop, and each warp is an independent online softmax over every
-// fourth 16-key subtile. The kernel is latency-bound, so it is written for memory-level
-// parallelism: the prologue issues the top-k ids, Q and the row metadata loads together (then
-// the dependent block-table loads), and each warp double-buffers its subtiles in registers, the
-// K, V and scale loads of its next subtile (next two, for e4m3 K/V on the f16 path) in flight
-// while it computes the current one.
-// Subtiles past the row's position (the tail of its own block, always last in the ascending
-// list) are cut from the range up front instead of being skipped inside the loop.
+// Work decomposition: one CTA per (query row, KV head, chunk of 16 q heads, split). The q heads of
+// a KV head share every K/V load as the M dimension of mma.sync.m16n8k16 (16 fill it; 8 at TP8
+// pad with zero rows), so a row's cache bytes are read once per CTA, not once per head. Two
+// kernels:
+//  * sparse_attention_block_kernel (block_kernel.cuh; 16-bit or e4m3 K/V, head dim 128, 128-key
+//    blocks) when a split per selected block fits one resident wave (TP4 decode batch 1-16 at
+//    top-16): each CTA copies its block's K and V into shared memory at once and computes it
+//    whole;
+//  * sparse_attention_kernel (warp_kernel.cuh) otherwise: operands go from global memory straight
+//    into MMA fragments, and each of its 4 warps is an independent online softmax over every
+//    fourth 16-key subtile, its next subtile's loads in flight while it computes one.
+// Both are latency-bound and written for memory-level parallelism: the prologue issues the top-k
+// ids, Q and the row metadata loads together, then the dependent block-table loads.
 //
 // Split-K (plan_attention_launch, core/launch_policy.h): a row has at most topk_width *
-// block_size / 16 subtiles (128 at top-16, block 128).
-// When rows * KV heads * head chunks gives fewer than ~2 CTAs per SM (small decode batches),
-// that range is cut into `splits` equal pieces (a multiple of 4 subtiles each) computed from
-// shapes only, with the total CTA count kept within ~2 per SM (one resident wave). Each split
-// normalises its partial output and log2-sum-exp, and they are combined in ascending split order
-// in one of two ways:
-//  * in-cluster (calls the one-block kernel does not take, e.g. 64-key blocks or head dim 64,
-//    with up to 14 rows x head groups on the H200: TP4 decode batch 1-14, or 1-3 with 4
-//    speculative rows): the splits of a row are one thread-block cluster of up to 16 CTAs;
-//    after a cluster barrier, split r combines heads r, r + splits, ... of all splits through
-//    distributed shared memory. One kernel, no workspace: the attention stage at batch 1 went
-//    from 15.7 to 13.7 us on the H200 (before the one-block kernel took those calls).
-//  * merge kernel (otherwise): partials go to the workspace and a second kernel combines them
-//    (split LSEs fetched in parallel, partial outputs in unrolled batches). At batch 16-64 the
-//    cluster cuts were slower: 16-CTA clusters only fit 14 at a time (a cluster stays within
-//    one GPC), and smaller clusters mean longer splits.
-// Both use the same arithmetic, so the same splits give the same bits. Grids depend only on
-// shapes (and the device), so CUDA graphs replay correctly when the batch contents change, and
-// the reduction order is fixed (blocks ascending within a split, warps and splits merged in
-// fixed order), so results are bitwise repeatable.
+// block_size / 16 subtiles. When rows x KV heads x head chunks give fewer than ~2 CTAs per SM
+// (small decode batches), that range is cut into equal splits (whole warps' subtiles) with the
+// grid kept within one resident wave. Each split normalises its partial output and log2-sum-exp,
+// and they are combined in ascending split order either in-cluster (the splits of a row are one
+// thread-block cluster, merged through distributed shared memory: one kernel, no workspace) or by
+// sparse_attention_merge_kernel from the workspace (merge_kernel.cuh); both with the same
+// arithmetic, so the same splits give the same bits. Grids depend only on shapes and the device,
+// so CUDA graphs replay correctly when the batch contents change, and the reduction order is
+// fixed, so results are bitwise repeatable.
 //
-// Numerics (documented deviations from the fp32 CPU reference): Q is rounded to the MMA type
-// (bf16, or f16 for f16 and e4m3 caches, after a power-of-two prescale for e4m3), and the
-// probabilities P are rounded to the MMA type before P.V. e4m3 K/V are multiplied as exact f16
-// and their scales applied to fp32 values: per-layer ones to the logits and outputs,
+// Numerics (documented deviations from the fp32 CPU reference, docs/numerics.md): Q is rounded to
+// the MMA type (bf16, or f16 for f16 and e4m3 caches, after a power-of-two prescale for e4m3), and
+// the probabilities P are rounded to the MMA type before P.V. e4m3 K/V are multiplied as exact
+// f16 and their scales applied to fp32 values: per-layer ones to the logits and outputs,
 // per-token-head ones to the logits and probabilities (the same values for power-of-two scales).
 // Logits, the online softmax, the accumulators and the merges are fp32. The one-block kernel
-// rounds P after the block's maximum (one softmax per block), the 4-warp kernel after each
-// 16-key subtile's running maximum, so the two give different bits within these bounds.
+// rounds P after the block's maximum, the 4-warp kernel after each 16-key subtile's running
+// maximum, so the two give different bits within these bounds.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

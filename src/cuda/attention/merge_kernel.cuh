@@ -34,7 +34,7 @@ __device__ __forceinline__ void combine_step(bool live, float lse_s, float o_s, 
 // so they are defined). The launcher picks the smallest instance that covers the call's splits,
 // as the clamped loads past them are issued all the same. combine_step performs the in-cluster
 // merge's operations, so both give the same bits. (Shared memory for the LSEs and a CTA barrier
-// cost 0.6-0.9 us more at batch 4-16, bench/EXPERIMENTS.md: 2026-12-01-attn-merge-registers.)
+// were slower: bench/EXPERIMENTS.md: 2026-12-01-attn-merge-registers.)
 template <int kPrefetch>
 __global__ void sparse_attention_merge_kernel(const AttnMergeParams prm) {
   const int64_t row = blockIdx.x;

@@ -71,8 +71,8 @@ static_assert(offsetof(SparseAttnParams, rows) == 0x30 && offsetof(SparseAttnPar
 
 // The merge kernel's arguments: only what it reads, in a few cache lines, where SparseAttnParams
 // spreads them over several hundred bytes. A kernel's parameters are read through the constant
-// cache, which is cold at its start; in the merge kernel those misses were 13% of the warp
-// samples at 8K x 16 (bench/EXPERIMENTS.md: 2026-12-01-prologue-loads).
+// cache, which is cold at its start, and those misses were a visible share of the merge kernel's
+// stalls (bench/EXPERIMENTS.md: 2026-12-01-attn-merge-params).
 struct AttnMergeParams {
   const float* part_out;  // [splits, T, Hq, D]
   const float* part_lse;  // [splits, T, Hq], log2 domain

@@ -1,86 +1,40 @@
-// CUDA backend of the indexer top-k ops (spec A2-A4, A8, A12).
+// CUDA backend of the indexer top-k ops (spec A2-A4, A8, A12); prefill calls whose shapes suit
+// it score on the tensor-core kernel of src/cuda/prefill instead.
 //
-// Work decomposition (two kernels, or one, grids from shapes only, so captured graphs replay as the
-// batch contents change):
-//   1. index_score_kernel, grid (row tiles, ceil(max_blocks / blocks_per_cta)). Decode is
-//      memory-bound on the index keys (97% of the decode bytes at 128K), so each key is read
-//      exactly once per call: a CTA owns one request's rows (decode: its query_len rows; prefill:
-//      a tile of up to 32 / H rows, split at request boundaries) and a chunk of blocks, streams
-//      the keys with 16-byte (bf16) / 8-byte (e4m3) loads, and dots each with every (row, head)
-//      query of the tile. blocks_per_cta (plan_index_launch in core/launch_policy.h) is the
-//      smallest that fits the grid in one wave of resident CTAs (the kernel's occupancy,
-//      queried at run time), so small batches spread the stream over the whole GPU without a
-//      partial second wave, and large ones stream in 32-block CTAs. A CTA loads its blocks' page
-//      ids once with the queries, and each warp keeps the next 16-key tile's loads in flight while
-//      it multiplies the current one. CTAs whose blocks no row can see exit at once. Block maxima
-//      go to a workspace buffer [H, T, max_blocks] fp32. Head dims that are a multiple of 64 (M3:
-//      128) use index_score_mma_kernel instead: the same decomposition, but the dot products run on
-//      tensor cores (mma.sync m16n8k16 -> fp32; queries and keys, bf16 or e4m3, are converted
-//      exactly to bf16, or to f16 when both are e4m3, so the products are the exact fp32 ones),
-//      which keeps the kernel memory-bound with e4m3 keys and query_len > 1 where the SIMT fp32
-//      FMAs + conversions were the limit. Its lanes load 16 bytes of keys at a time whatever the
-//      key type (e4m3 8 -> 16 bytes: index call 1-3% faster on the H200,
-//      bench/EXPERIMENTS.md: 2026-11-30-index-wide-e4m3-dense-ab), so e4m3 key rows that are not
-//      16-byte aligned, like other head dims, use the SIMT index_score_kernel.
-//   2. index_select_kernel, grid (T, H): exact selection of the min(topk, nvb) best keys (tier,
-//      score, lower id) and an ascending front-packed write, -1 padded. Block tables of at most
-//      256 columns (contexts up to 32K at block 128) run index_select_narrow_kernel, that path's
-//      code alone (the kernel starts with cold instruction caches: 1.7-2.8 us shorter than as a
-//      branch of the wide-table kernel, bench/EXPERIMENTS.md: 2026-12-01-select-narrow-kernel):
-//      rows of more than 64 blocks with top-k up to 16 find the K-th key by a warp tournament, the
-//      others count each visible block's rank against the row's keys in shared memory
-//      (write_row_topk_by_rank); tables up to 4096 columns rank a candidate set cut by a lower
-//      bound on the K-th key, from the warps' largest keys or else from samples
-//      (select_wide_by_candidates); the rest, and candidate sets that come out too large, find
-//      the K-th key by an 8-bit radix descent. On the H200 the rank count took the 8K x 1 index
-//      call from 19.7 to 12.4 us and the sampled one 128K x 1 from 29.9 to 26.6 us
-//      (bench/EXPERIMENTS.md: 2026-11-29-select-rank-ab); the warps' bound took 128K x 1 from 25.4
-//      to 23.8 us and 512K x 1 from 56.5 to 51.8 us (2026-11-30-select-warp-tops-ab; on tables of
-//      at most 256 columns it was up to 0.8 us slower than the rank count, so they keep that).
-//      It is a programmatic dependent launch: its CTAs start while the score kernel finishes
-//      (while it runs, after one-wave grids of short CTAs: plan.early_select), resolve their
-//      rows, and wait for the scores (griddepcontrol), so its launch and first loads are off the
-//      call's critical path (8K x 1: 11.5 -> 9.4 us).
-//   Decode calls over e4m3 keys, or over bf16 keys with one query n-tile at head dim 64 or 128
-//   (has_balanced_grid), whose static grid would take more than one wave (batch 16 at 128K, 4 at
-//   512K, 64 at 32K on the H200) run index_score_mma_balanced_kernel instead, on one wave of CTAs
-//   (plan.balanced_ctas): every CTA reads all request lengths, takes the prefix sum of their
-//   visible blocks and scores an equal share of them, request by request in pieces of up to 256
-//   blocks (the same scoring code; detail::balanced_share / balanced_piece /
-//   balanced_piece_blocks). Each request also counts a few lead units in front of its blocks
-//   (detail::balanced_lead_units), the restart a CTA pays when its share reaches into the
-//   request. A static CTA's work is fixed by the plan, so in a ragged batch the
-//   CTAs of short requests idle while the long ones stream; the shares keep every SM streaming:
-//   ragged e4m3 index calls 9-31% faster (512K x 4 62.5 -> 43.3 us, 128K x 64 200 -> 182),
-//   uniform ones within -3..+2.3%
-//   (bench/EXPERIMENTS.md: 2026-11-30-index-balanced-grid-ab). bf16 keys with more query vectors
-//   keep the static grid: their 4-tile scorer is at its 128-register bound, and the balanced loop's
-//   state spilled inside its tile loop (1.9x slower). Their one-n-tile scorer fits with two named
-//   buffers. With 32-block pieces its uniform calls were 2-4% slower on the balanced grid and only
-//   ragged ones faster (bench/EXPERIMENTS.md: 2026-11-30-index-bf16-balanced-ab). With pieces of up
-//   to 256 blocks, uniform calls are 0.7-1.5% faster and ragged ones 4-15% (128K x 64 501.8 ->
-//   496.0 us, 512K x 16 ragged 245.8 -> 227.1; 2026-11-30-index-bf16-balanced-long-pieces-ab). Over
-//   e4m3 keys at head dim 64 or 128 with one query n-tile (wide_key_tiles), a warp of the balanced
-//   grid scores 32 keys per tile instead of 16: the tile's epilogue, addressing and query loads
-//   serve twice the keys (~130 instead of ~190 instructions per 16 keys with e4m3 queries at head
-//   dim 128). There it replaced an 80-register instance at three CTAs per SM (more warps, the same
-//   instructions per key): e4m3 index calls 7-12% faster, 128K x 64 294.3
-//   -> 272.4 us, 512K x 4 95.7 -> 83.7, ragged 128K x 64 158.2 -> 148.8
-//   (bench/EXPERIMENTS.md: 2026-11-30-index-m2-tiles-ab); at head dim 64 and with bf16 queries the
-//   balanced calls gained 7-17% (2026-11-30-index-m2-more-ab). Static grids of such problems
-//   use the 32-key scorer when their CTAs own 16 blocks or more and the grid fits one wave of
-//   it (index_static_wide_tiles, static_wide_key_tiles; 2-13% there, and 3-11% slower with
-//   2-4-block CTAs).
-//   Decode calls with tables of at most 256 columns whose score CTAs of a request fit as one
-//   thread-block cluster, one cluster per request all resident at once (plan_index_launch;
-//   batch 8 at 8K on the H200), run index_score_mma_cluster_kernel alone instead: after a cluster
-//   barrier each CTA of a request's cluster ranks the blocks of some of its rows from the block
-//   maxima left in the cluster's shared memory (distributed shared memory), with the select
-//   kernel's keys and selection, so the top-k bits are the same and no workspace is touched.
+// Two kernels, or one, with grids from shapes only (captured graphs replay as the batch contents
+// change):
+//  1. A score kernel writes each visible block's maximum score per (row, index head) to a
+//     workspace [H, T, max_blocks] fp32. Decode is memory-bound on the index keys, so each key is
+//     read once per call: a CTA owns a tile of rows (decode: one request's query_len rows;
+//     prefill: up to 32 / H rows, split at request boundaries) and a chunk of blocks, streams the
+//     keys and dots each with every (row, head) query of the tile, keeping the next tile's loads
+//     in flight while it multiplies the current one. blocks_per_cta (plan_index_launch in
+//     core/launch_policy.h) is the smallest that fits the grid in one wave of resident CTAs.
+//     Head dims that are a multiple of 64 use the tensor-core scorers (score_mma.cuh: queries and
+//     keys converted exactly to bf16, or f16 when both are e4m3, so the products are the exact
+//     fp32 ones), whose lanes load 16 bytes of keys at a time (e4m3 rows that are not 16-byte
+//     aligned, like other head dims, use the SIMT scorer, score_simt.cuh).
+//  2. index_select_kernel (select.cuh), grid (T, H): the exact top min(topk, nvb) blocks in the
+//     spec's order (tier, score, lower id), written ascending and -1 padded. Tables of at most
+//     256 columns run index_select_narrow_kernel (the rank count, or a warp tournament for rows of
+//     more than 64 blocks); wider tables rank a candidate set cut by a lower bound on the k-th key
+//     (the warps' largest keys, else samples) and fall back to an 8-bit radix descent. It is a
+//     programmatic dependent launch that resolves its rows while the score kernel finishes and
+//     then waits for the scores.
+// Decode grids that would take more than one wave over e4m3 keys, or bf16 keys with one query
+// n-tile at head dim 64 or 128 (has_balanced_grid), run index_score_mma_balanced_kernel on one
+// wave of CTAs instead: every CTA takes an equal share of all requests' visible blocks
+// (detail::balanced_share), so the CTAs of short requests in a ragged batch do not idle while the
+// long ones stream. Over e4m3 keys with one query n-tile (wide_key_tiles) a warp scores 32 keys
+// per tile instead of 16, which halves the tile's fixed costs per key. Decode calls with tables
+// of at most 256 columns whose score CTAs of a request fit one resident thread-block cluster run
+// index_score_mma_cluster_kernel alone: each cluster selects its request's top-k from the block
+// maxima in distributed shared memory (cluster_select.cuh), with the select kernel's keys and
+// selection, so the bits are the same.
 // Both kernels resolve rows through the same RowMap, so padding rows and rows of requests with
-// bad metadata are -1 everywhere. The scorers accumulate in fp32 in a fixed order (SIMT: per
-// lane in dimension order, then a fixed xor butterfly over 8 lanes; MMA: fixed k-step order);
-// results are bitwise repeatable.
+// bad metadata are -1 everywhere. The scorers accumulate in fp32 in a fixed order, so results are
+// bitwise repeatable. bench/EXPERIMENTS.md holds the measurements behind each choice (search for
+// "index").
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -203,10 +157,9 @@ auto mma_instance() {
 }
 
 // Decode calls with at most 8 query vectors per request (query_len x H_idx) use the scorer
-// instance that holds one n-tile of queries: with e4m3 keys 10% faster at 128K x 64 on the H200,
-// 2-6% at batch 1-16 (bench/EXPERIMENTS.md: 2026-11-30-index-query-tiles-pdl-ab). bf16 keys use it
-// since its tile loop stopped spilling (bench/EXPERIMENTS.md: 2026-11-30-index-bf16-one-tile-ab);
-// prefill tiles and larger decode rows keep the 4-tile one (up to kMaxScoreRowHeads vectors).
+// instance that holds one n-tile of queries, which is faster (bench/EXPERIMENTS.md:
+// 2026-11-30-index-query-tiles-pdl-ab, for bf16 keys 2026-11-30-index-bf16-one-tile-ab); prefill
+// tiles and larger decode rows keep the 4-tile one (up to kMaxScoreRowHeads vectors).
 bool one_query_tile(const IndexProblem& pb) {
   return pb.query_len > 0 && pb.query_len * pb.num_heads() <= 8;
 }
@@ -253,19 +206,17 @@ ClusterScoreKernel cluster_score_kernel(const IndexProblem& pb) {
 // Whether a decode problem over e4m3 keys has a 32-key-tile scorer: one query n-tile at head dim
 // 64 or 128, either query type, blocks a multiple of 32 keys. Its balanced grid always uses it; its
 // static grid where the CTAs are long (index_static_wide_tiles) and static_wide_key_tiles allows.
-// On the H200 the balanced calls took 7-17% less time with it, e4m3 queries at head dim 128
-// (128K x 64 294.3 -> 272.4 us; bench/EXPERIMENTS.md: 2026-11-30-index-m2-tiles-ab) as well as head
-// dim 64 and bf16 queries (128K x 64: head dim 64 200.5 -> 182.2, bf16 queries 357.3 -> 295.3;
-// bench/EXPERIMENTS.md: 2026-11-30-index-m2-more-ab).
+// The balanced calls are faster with it, for either query type and head dim
+// (bench/EXPERIMENTS.md: 2026-11-30-index-m2-tiles-ab, 2026-11-30-index-m2-more-ab).
 bool wide_key_tiles(const IndexProblem& pb) {
   return pb.index_cache.dtype == DType::kE4M3 && one_query_tile(pb) &&
          (pb.head_dim() == 64 || pb.head_dim() == 128) && pb.index_cache.shape[1] % 32 == 0;
 }
 
 // Whether long static CTAs of a wide_key_tiles problem take the 32-key tiles too: not with bf16
-// queries at head dim 128, whose 16-block CTAs gained at 8K x 64 (31.4 -> 29.8 us) and lost at
-// 128K x 4 (33.5 -> 34.6) in the same call (bench/EXPERIMENTS.md: 2026-11-30-index-m2-more-ab). At
-// head dim 64 they gained 12% (128K x 4: 26.4 -> 23.0 us; 2026-11-30-index-static-wide-d64-ab).
+// queries at head dim 128, whose 16-block CTAs gained at some shapes and lost at others
+// (bench/EXPERIMENTS.md: 2026-11-30-index-m2-more-ab); at head dim 64 they gain
+// (2026-11-30-index-static-wide-d64-ab).
 bool static_wide_key_tiles(const IndexProblem& pb) {
   return wide_key_tiles(pb) && (pb.head_dim() == 64 || pb.index_q.dtype == DType::kE4M3);
 }
@@ -290,7 +241,7 @@ BalancedScorer wide_tile_balanced_scorer(const IndexProblem& pb) {
 
 // Whether a decode problem may run the balanced grid (query_launch_info): e4m3 keys up to head
 // dim 192 (at 256 their instances spill), bf16 keys with one query n-tile at head dim 64 or 128.
-// The bf16 four-tile instance spilled inside its tile loop at the 128-register bound and was 1.9x
+// The bf16 four-tile instance spilled inside its tile loop at the 128-register bound and was much
 // slower than the static grid (bench/EXPERIMENTS.md: 2026-11-30-index-balanced-grid-ab); the
 // one-tile instance fits with the double buffer as two named buffers.
 bool has_balanced_grid(const IndexProblem& pb) {

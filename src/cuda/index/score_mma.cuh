@@ -52,11 +52,10 @@ __device__ __forceinline__ uint32_t raw_word(uint4 r, int i) {
 // cp.async: two 2 KB tiles stay in flight while a warp multiplies a third, without the registers
 // of a third buffer. A lane copies and reads back only its own 16-byte words, stored lane-minor
 // ([stage][word][lane]), so the reads are conflict-free and need no barrier: cp.async.wait_group
-// makes a thread's own copies visible to it. On the H200 that took the head-dim-64 balanced calls
-// 5-11% faster (128K x 64 162.3 -> 147.6 us); at head dim 128, whose register double buffer
-// already keeps a 4 KB tile per warp in flight, the ring was 7-10% slower (128K x 64 256.8 ->
-// 281.9), as were L2 prefetches of tiles ahead (bench/EXPERIMENTS.md: 2026-11-30-index-key-ring-ab,
-// 2026-11-30-rejected-index-l2-tile-prefetch).
+// makes a thread's own copies visible to it. The head-dim-64 balanced calls are faster with it; at
+// head dim 128, whose register double buffer already keeps a 4 KB tile per warp in flight, the
+// ring was slower, as were L2 prefetches of tiles ahead (bench/EXPERIMENTS.md:
+// 2026-11-30-index-key-ring-ab, 2026-11-30-rejected-index-l2-tile-prefetch).
 constexpr int kKeyRingStages = 3;
 // uint4 words per lane per tile of 16 kM keys at head dim 64 CH (e4m3: one 16-byte load per
 // 64-dim chunk and key row, two key rows per m-tile).
@@ -304,8 +303,8 @@ struct KeyLimit {
 // then per query the tile's largest visible score, NaN taken as -1e30 (spec A12), reduced over
 // the warp's key rows and folded into block_max with a shared-memory atomicMax. The one-n-tile
 // instances keep the limits hoisted in lim; the four-n-tile ones recompute them per tile (eight
-// more live registers made the bf16 ones spill and run up to 1.7x slower,
-// bench/EXPERIMENTS.md: 2026-11-30-index-loop-pingpong-ab).
+// more live registers made the bf16 ones spill, bench/EXPERIMENTS.md:
+// 2026-11-30-index-loop-pingpong-ab).
 template <typename CacheT, int CH, bool kF16, int kNTiles, int kM, int kMaxBlockHeads>
 struct KeyTileScorer {
   static constexpr bool kHoistLimits = kNTiles == 1;
@@ -491,10 +490,9 @@ struct PieceScorer {
       Frag fa;
       bool have = false;
       // The static and in-cluster grids issue the warp's first tile before computing the
-      // visibility limits; the balanced grid computes the limits first. That order took the
-      // head-dim-128 e4m3 16-key-tile instances 1% faster on the H200 (128K x 64 300.5 -> 297.4
-      // us; bench/EXPERIMENTS.md: 2026-11-30-index-bf16-balanced-ab, variant H), and the
-      // 32-key-tile instance that replaced them was timed with it.
+      // visibility limits; the balanced grid computes the limits first, which was faster for its
+      // head-dim-128 e4m3 instances (bench/EXPERIMENTS.md: 2026-11-30-index-bf16-balanced-ab,
+      // variant H; the 32-key-tile instance that replaced them was timed with it).
       if constexpr (kGrid != ScoreGrid::kBalanced) have = tiles.load(tp, fa);
       // The visibility limits (KeyLimit), hoisted into lim by the one-n-tile instances
       // (KeyTileScorer).
@@ -554,11 +552,9 @@ struct PieceScorer {
       } else if constexpr (kGrid == ScoreGrid::kBalanced) {
         // Two named buffers that swap roles every tile (the loop is unrolled by two), so the
         // double buffer costs no register copies. The balanced grid runs it (with bf16 keys the
-        // copying loop spills there); in the same A/B the static and in-cluster e4m3 kernels
-        // were up to 9% faster with the copying loop below, and static bf16 ones (with hoisted
-        // limits) up to 5%
-        // (bench/EXPERIMENTS.md: 2026-11-30-index-loop-pingpong-ab); the static 32-key instance was
-        // too (bench/EXPERIMENTS.md: 2026-11-30-index-m2-tiles-ab, call 4).
+        // copying loop spills there); the static and in-cluster kernels were faster with the
+        // copying loop below (bench/EXPERIMENTS.md: 2026-11-30-index-loop-pingpong-ab), the static
+        // 32-key instance too (2026-11-30-index-m2-tiles-ab, call 4).
         Frag fb;
         while (tp.bl < nblk) {
           TilePos tn = next_warp_tile(tp, tiles_per_block);

@@ -17,9 +17,8 @@ namespace cuda {
 // s is block b's score (b < 2^30, check_supported); blocks below init_blocks are forced init,
 // those from local_start (the row's visible block count minus local_blocks) forced local. Built
 // from two 32-bit halves with selects and no branch: the wide select kernel builds up to 16 keys
-// per thread while its CTA runs alone on its SM, and the branchy form (a convergence region per
-// tier test) cost ~0.2 us per key there (%globaltimer trace,
-// bench/EXPERIMENTS.md: 2026-12-01-select-key-build).
+// per thread while its CTA runs alone on its SM, where the branchy form (a convergence region per
+// tier test) was expensive per key (bench/EXPERIMENTS.md: 2026-12-01-select-key-build).
 __device__ __forceinline__ uint64_t selection_key(float s, int32_t b, int32_t init_blocks,
                                                   int32_t local_start) {
   const uint32_t id_bits = 0x3FFFFFFFu - static_cast<uint32_t>(b);
@@ -150,9 +149,9 @@ __device__ uint64_t warp_tops_threshold(const uint64_t (&keys)[P], int64_t kept,
 // How many of keys[0, n) exceed key (n <= kSelectThreads, keys: SelectSmem::keys). The keys are
 // read 16 at a time into distinct registers, so that their 16-byte shared loads can be in flight
 // together (ptxas still issues some batches one load at a time); a plain loop over them reused
-// one register quadruple and waited for every load in turn (~35 cycles per two keys: ~2 us for
-// the 256 keys of a 32K-token table). Entries from n to the next multiple of 16 are read (inside
-// the array) and masked.
+// one register quadruple and waited for every load in turn (bench/EXPERIMENTS.md:
+// 2026-11-30-index-select-rank-batch-ab). Entries from n to the next multiple of 16 are read
+// (inside the array) and masked.
 __device__ __forceinline__ int count_above(const uint64_t* keys, int n, uint64_t key) {
   constexpr int kBatch = 16;
   int above = 0;
@@ -173,8 +172,8 @@ __device__ __forceinline__ int count_above(const uint64_t* keys, int n, uint64_t
 constexpr int kTournamentKeys = 16;
 // Rows of at most this many visible blocks keep the rank count, which then runs on the two warps
 // that hold them and costs less than the tournament's eight: with the tournament the 8K index
-// calls (64 columns) were 0.5-1.5 us slower on the H200, the 32K ones (256 columns) 0.3-1.4 us
-// faster (bench/EXPERIMENTS.md: 2026-12-01-select-tournament-rolled).
+// calls (64 columns) were slower, the 32K ones (256 columns) faster (bench/EXPERIMENTS.md:
+// 2026-12-01-select-tournament-rolled).
 constexpr int64_t kTournamentMinBlocks = 64;
 
 // The kept-th largest of the CTA's keys (one per thread, 0 for none; keys distinct where
@@ -184,11 +183,10 @@ constexpr int64_t kTournamentMinBlocks = 64;
 // largest, which a four-stage bitonic merge sorts) until one list is left: 15 + 3 x 4 shuffle
 // stages and four CTA barriers, against the rank count's 256 x 256 comparisons through shared
 // memory at 256 columns. The loops stay rolled: the select kernel runs alone on its SM with cold
-// instruction caches (at 32K x 1 the warps spent 46% of their stalled cycles waiting for
-// instructions, Nsight Compute): unrolled, the network took the kernel 1.4 us longer than with
-// these loops, and no less time than the count
-// (bench/EXPERIMENTS.md: 2026-12-01-select-tournament-rolled). Uses sm.keys; returns after a
-// barrier, so sm.keys may be reused at once.
+// instruction caches, where its warps mostly wait for instructions, and unrolled the network was
+// slower than these loops and no faster than the count (bench/EXPERIMENTS.md:
+// 2026-12-01-select-tournament-rolled). Uses sm.keys; returns after a barrier, so sm.keys may be
+// reused at once.
 __device__ uint64_t tournament_threshold(uint64_t key, int64_t kept, SelectSmem& sm) {
   static_assert(
       kSelectWarps * kTournamentKeys + kSelectWarps / 2 * kTournamentKeys <= kSelectThreads,
@@ -262,9 +260,8 @@ __device__ bool select_candidates(const IndexSelectParams& prm, int64_t row, int
   // Candidate c is ranked by `parts` adjacent threads (a power of two <= 4 while parts x
   // candidates fill at most the CTA), each counting the keys above it in one slice of the set, so
   // the usual few dozen candidates take one 16-key batch per thread rather than a serial chain of
-  // four (~0.8 us at 128K x 16 where the whole select took ~3.5 us; %globaltimer trace,
-  // bench/EXPERIMENTS.md: 2026-12-01-select-key-build). Slices start on 16-key boundaries (16-byte
-  // loads in count_above).
+  // four (bench/EXPERIMENTS.md: 2026-12-01-select-key-build). Slices start on 16-key boundaries
+  // (16-byte loads in count_above).
   const int log_parts = candidates <= kSelectThreads / 4 ? 2 : candidates <= kSelectThreads / 2;
   const int c = tid >> log_parts, part = tid & ((1 << log_parts) - 1);
   const uint64_t key = c < candidates ? sm.keys[c] : 0;
@@ -417,9 +414,8 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
   // A decode row's sequence length is loaded before the wait (an input of this call, which the
   // stream finished writing before the score kernel started) and resolved after the score loads
   // are issued, so that its load overlaps the wait and theirs. Resolving it before the wait (a
-  // branch on the loaded length) put a cold load, ~0.65 us from entry to the wait, on the path
-  // of every select CTA launched after the score grid's last CTA
-  // (bench/EXPERIMENTS.md: 2026-12-01-select-key-build).
+  // branch on the loaded length) put a cold load on the path of every select CTA launched after
+  // the score grid's last CTA (bench/EXPERIMENTS.md: 2026-12-01-select-key-build).
   const int64_t req = decode_request(prm.rows, row);
   const uint32_t early_seq_len = ld_decode_seq_len_of(prm.rows, req);
   wait_for_prior_grid();  // the scores come from the score kernel
@@ -566,9 +562,8 @@ __global__ void __launch_bounds__(kSelectThreads) index_select_kernel(const Inde
 
 // One CTA per (row, head); tables of at most kSelectThreads columns. A kernel of its own, so that
 // its code is the rank path's alone: one select CTA runs with cold instruction caches at the end
-// of the index call, and its warps spent 46% of their stalled cycles waiting for instructions at
-// 32K x 1 while the path was one branch of the wide-table kernel (Nsight Compute,
-// bench/EXPERIMENTS.md: 2026-12-01-select-tournament-rolled).
+// of the index call, and its warps mostly waited for instructions while the path was one branch
+// of the wide-table kernel (bench/EXPERIMENTS.md: 2026-12-01-select-narrow-kernel).
 __global__ void __launch_bounds__(kSelectThreads)
     index_select_narrow_kernel(const IndexSelectParams prm) {
   __shared__ SelectSmem sm;
