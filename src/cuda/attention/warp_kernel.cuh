@@ -130,14 +130,14 @@ __device__ __forceinline__ float q_abs_max(const float (&qv)[kQItems][2][4]) {
 // stride), so the loop's index arithmetic is 32-bit and incremental.
 struct SubtileRange {
   int begin, end;
-  int tail_last, tail_i;
+  int tail_i, tail_last;
 };
 __device__ __forceinline__ SubtileRange split_subtiles(const SparseAttnParams& prm,
                                                        const AttnList& list, int n_sel, int64_t own,
                                                        int64_t pos, int64_t bs, int spb,
                                                        int split) {
   int n_valid = n_sel * spb;
-  int tail_last = 15, tail_i = -1;
+  int tail_last = 15, tail_i = -1;  // (declared in this order: the other moved two instructions)
   if (n_sel > 0 && list.list_id[n_sel - 1] == own) {
     const int in_block = static_cast<int>(pos - own * bs);
     n_valid = (n_sel - 1) * spb + in_block / 16 + 1;
@@ -145,7 +145,7 @@ __device__ __forceinline__ SubtileRange split_subtiles(const SparseAttnParams& p
     tail_last = in_block % 16;
   }
   const int begin = split * prm.subtiles_per_split;
-  return {begin, min(n_valid, begin + prm.subtiles_per_split), tail_last, tail_i};
+  return {begin, min(n_valid, begin + prm.subtiles_per_split), tail_i, tail_last};
 }
 
 // The V row (key within a subtile) of lane (g, c)'s q4-th V load.
