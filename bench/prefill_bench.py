@@ -12,8 +12,9 @@ Stages (each a CUDA graph of one op call, median of several replays, CUDA events
   index   msa.index_topk_prefill (block scores + top-16)
   sparse  msa.sparse_attention_prefill over the index stage's top-k
   dense   msa.dense_attention (layers 0-2)
-Each of index / sparse / dense also runs with MSA_CUDA_PREFILL=simt ("prev": the CUDA-core
-kernels the tensor-core ones replaced) where that takes at most --prev-max-gflop of work.
+Stages run with MSA_CUDA_PREFILL=tc (the tensor-core kernels); each of index / sparse / dense
+also runs with MSA_CUDA_PREFILL=simt ("prev": the CUDA-core kernels) where that should take at
+most --prev-max-seconds.
 
 Useful TFLOP/s counts only the causal, visible work: index 2 * 128 per visible key per row;
 sparse 4 * 128 * 16 per visible key in the row's selected blocks; dense 4 * 128 * 16 per visible
@@ -125,7 +126,7 @@ def with_prev(fn: Callable[[], Any]) -> Callable[[], Any]:
         try:
             fn()
         finally:
-            os.environ.pop("MSA_CUDA_PREFILL", None)
+            os.environ["MSA_CUDA_PREFILL"] = "tc"
     return run
 
 
@@ -375,6 +376,8 @@ def fmt(x: Optional[float], nd: int = 0) -> str:
 def main(argv: Optional[list] = None) -> int:
     args = parse_args(argv)
     import msa
+
+    os.environ["MSA_CUDA_PREFILL"] = "tc"
 
     os.makedirs(args.out, exist_ok=True)
     env = {"date": datetime.datetime.now().isoformat(timespec="seconds"),

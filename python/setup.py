@@ -1,9 +1,12 @@
 """Builds the msa PyTorch extension: CMake builds the static libmsa.a, and the op glue in csrc/
-is linked against it and against the already-installed torch.
+is linked against it and against the already-installed torch. Metadata (the distribution name
+msa-attention, dependencies, extras, the vLLM plugin entry point) is in pyproject.toml; the
+version is the CMake project version of the library.
 
-Install with ``pip install --no-build-isolation ./python`` (from the repository root): the
-extension must be compiled against the torch that will import it, so pip must not build in an
-isolated environment with a freshly downloaded torch.
+The glue uses only torch's stable ABI (TORCH_TARGET_VERSION below) and CPython's limited API,
+so one build loads into every torch from that version on and every CPython >= 3.10. Install
+with ``pip install --no-build-isolation ./python`` (from the repository root) to build against
+the torch already installed rather than a freshly downloaded one.
 
 Environment variables:
   MSA_WITH_CUDA           auto (default), 1 or 0. auto builds the CUDA backend when torch is a
@@ -46,7 +49,9 @@ REPO_DIR = PYTHON_DIR.parent
 def _project_version() -> str:
     text = (REPO_DIR / "CMakeLists.txt").read_text()
     match = re.search(r"project\(msa VERSION ([0-9.]+)", text)
-    return match.group(1) if match else "0.0.0"
+    if match is None:
+        sys.exit(f"msa: no `project(msa VERSION x.y.z` in {REPO_DIR / 'CMakeLists.txt'}")
+    return match.group(1)
 
 
 def _nvcc_path() -> str | None:
@@ -93,7 +98,7 @@ def _build_libmsa() -> Path:
         "-DMSA_BUILD_TESTS=OFF",
         "-DMSA_BUILD_TOOLS=OFF",
         f"-DMSA_WITH_CUDA={'ON' if WITH_CUDA else 'OFF'}",
-        # libmsa passes std::string across its API, so it must use torch's libstdc++ ABI.
+        # libmsa passes std::string across its API: the glue and libmsa use one libstdc++ ABI.
         f"-DCMAKE_CXX_FLAGS={cxx_flags}",
     ]
     if WITH_CUDA:
@@ -117,6 +122,12 @@ class BuildExtension(cpp_extension.BuildExtension):
         super().build_extensions()
 
 
+# The oldest torch whose stable ABI has everything the glue uses (boxed kernels with string
+# arguments, get_num_threads, the current CUDA stream). Builds against newer headers still load
+# into this torch and every later one.
+TORCH_TARGET_VERSION = (2, 10)
+
+
 def _extension() -> cpp_extension.CppExtension:
     sources = sorted(str(p.relative_to(PYTHON_DIR)) for p in (PYTHON_DIR / "csrc").glob("*.cpp"))
     include_dirs = [str(REPO_DIR / "include")]
@@ -130,17 +141,28 @@ def _extension() -> cpp_extension.CppExtension:
         # copy (cudart_static) would keep its own context/stream/module state next to torch's.
         # libmsa.a is a static archive, so its runtime references are resolved here, at the
         # extension's link; CMake's CUDA::cudart_static on the msa target never reaches it.
-        # c10_cuda provides torch's current stream.
+        # torch_cuda provides the current stream through the stable shim.
         library_dirs += [str(cuda_home / "lib64"), str(cuda_home / "lib")]
-        libraries += ["c10_cuda", "cudart", "dl", "rt", "pthread"]
+        libraries += ["torch_cuda", "cudart", "dl", "rt", "pthread"]
+    major, minor = TORCH_TARGET_VERSION
+    target = f"0x{major:02x}{minor:02x}000000000000"
     return cpp_extension.CppExtension(
         name="msa._C",
         sources=sources,
         include_dirs=include_dirs,
         library_dirs=library_dirs,
         libraries=libraries,
+        # CPython's limited API (cpp_extension sets Py_LIMITED_API to 3.10): an abi3 wheel.
+        py_limited_api=True,
         extra_compile_args={
-            "cxx": ["-O2", f"-DMSA_TORCH_WITH_CUDA={int(WITH_CUDA)}", "-Werror=return-type"]
+            "cxx": [
+                "-O2",
+                f"-DMSA_TORCH_WITH_CUDA={int(WITH_CUDA)}",
+                # Declares the CUDA part of torch's C shim (the current CUDA stream).
+                *(["-DUSE_CUDA=1"] if WITH_CUDA else []),
+                f"-DTORCH_TARGET_VERSION={target}",
+                "-Werror=return-type",
+            ]
             + SANITIZE_FLAGS
         },
         extra_link_args=SANITIZE_FLAGS,
@@ -148,15 +170,8 @@ def _extension() -> cpp_extension.CppExtension:
 
 
 setup(
-    name="msa",
     version=_project_version(),
-    description="MiniMax-M3 block-sparse attention (MSA): PyTorch operators and reference",
-    long_description=(PYTHON_DIR / "README.md").read_text(),
-    long_description_content_type="text/markdown",
-    packages=["msa"],
-    python_requires=">=3.9",
-    install_requires=["torch"],
     ext_modules=[_extension()],
     cmdclass={"build_ext": BuildExtension},
-    zip_safe=False,
+    options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

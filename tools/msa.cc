@@ -35,7 +35,8 @@ constexpr int kExitUsage = 2;
 std::string g_command;
 
 // Invalid arguments or input files end the program at once with status 2: nothing has been
-// written yet (reports are written at the very end), so there is nothing to clean up.
+// written yet (reports are written at the very end, their paths checked before the run), so
+// there is nothing to clean up.
 [[noreturn]] void usage_error(const std::string& message) {
   const std::string where = g_command.empty() ? "" : " " + g_command;
   std::cerr << "msa" << where << ": " << message << "\n";
@@ -89,7 +90,8 @@ engine:
   --max-batch-tokens N   token budget of a step (chunked prefill fills what decodes leave)
   --kv-blocks N          pages of 128 tokens per cache (default: enough for every request)
 output:
-  --report FILE.json     full report with per-step records (written atomically)
+  --report FILE.json     full report with per-step records (path checked before the run,
+                         written atomically; a symlink or special file there is refused)
   --compare-dense        rerun with dense attention in every sparse layer: speed-up and
                          fidelity (relative error, selected probability mass) of sparse rows
   --fidelity-rows N      rows per step compared with host dense attention (default 2)
@@ -392,6 +394,12 @@ int cmd_run(const std::vector<std::string>& argv, const std::string& command) {
           ? static_cast<int>(parse_int("--kv-blocks", a.get("--kv-blocks"), 1, 1 << 24))
           : eng::default_pool_blocks(requests, eo.scheduler.block_size, eo.scheduler.spec_tokens);
   const std::string report_path = a.has("--report") ? a.get("--report") : "";
+  // The report's path is checked before the run, which can take long: an empty path, a missing
+  // directory or a special file (never replaced) are usage errors.
+  if (a.has("--report")) {
+    s = eng::check_output_path(report_path);
+    if (!s.ok()) usage_error("--report: " + s.message());
+  }
   const bool quiet = a.has("--quiet");
   const bool tty = !quiet && isatty(STDERR_FILENO) != 0;
 
@@ -442,7 +450,7 @@ int cmd_run(const std::vector<std::string>& argv, const std::string& command) {
   ctx.workload_source = source;
   ctx.arrival_rate = wo.arrival_rate;
   const json::Value report = eng::build_report(ctx, run, compare ? &dense : nullptr);
-  if (!report_path.empty()) {
+  if (a.has("--report")) {
     s = eng::write_file_atomic(report_path, json::dump(report, 1) + "\n");
     if (!s.ok()) {
       std::cerr << "msa run: --report: " << s.message() << "\n";
@@ -466,10 +474,11 @@ int cmd_report(const std::vector<std::string>& argv) {
   json::Value rep;
   s = json::parse(text, &rep);
   if (!s.ok()) usage_error(a.positional[0] + ": " + s.message());
-  if (!rep.is_object() || rep.find("steps") == nullptr || rep.find("summary") == nullptr) {
-    usage_error(a.positional[0] + ": not an msa run report (no 'steps' and 'summary')");
-  }
+  s = eng::validate_report(rep);
+  if (!s.ok()) usage_error(a.positional[0] + ": " + s.message());
   if (a.has("--plot")) {
+    s = eng::check_output_path(a.get("--plot"));
+    if (!s.ok()) usage_error("--plot: " + s.message());
     std::string svg;
     s = eng::render_plot_svg(rep, &svg);
     if (!s.ok()) usage_error(s.message());

@@ -24,6 +24,12 @@ namespace msa {
 // keys(t) never reach a row's output, whatever their bits (NaN or Inf in a slot not written
 // yet included).
 
+// batch_invariant (every attention Args): when true, a request's out and lse are bitwise the same
+// whatever other requests share the call (and however many rows the call has): the CUDA backend
+// then picks its kernels and its split of each row's keys from per-row shapes only (fixed
+// 32-subtile splits for sparse decode; the tensor-core kernel for prefill shapes it takes, else
+// unsplit rows). It can be slower for small batches. The CPU backend is always batch invariant.
+
 // Decode rows: num_requests requests with exactly query_len rows each.
 struct SparseAttentionDecodeArgs {
   int query_len = 1;           // 1..8
@@ -36,6 +42,7 @@ struct SparseAttentionDecodeArgs {
   TensorView out;          // [T, Hq, D] q's dtype or f32
   TensorView lse;          // optional [T, Hq] f32
   TensorView error_flags;  // optional [1] i32
+  bool batch_invariant = false;
 };
 
 // Prefill rows: request b owns rows [cu_seqlens_q[b], cu_seqlens_q[b+1]); rows past
@@ -51,10 +58,13 @@ struct SparseAttentionPrefillArgs {
   TensorView out;           // [T, Hq, D]
   TensorView lse;           // optional [T, Hq] f32
   TensorView error_flags;
+  bool batch_invariant = false;
 };
 
 // Dense causal GQA over the paged cache, rows laid out as in the prefill form (a decode batch
-// is cu_seqlens_q = [0, L, 2L, ...]).
+// is cu_seqlens_q = [0, L, 2L, ...]). A request with seq_len 0 is a padded decode request
+// (spec A8): its rows, however many, give out = 0 and lse = -inf; any other request has at most
+// seq_len rows.
 struct DenseAttentionArgs {
   float softmax_scale = 0.0f;
   TensorView q;  // [T, Hq, D]
@@ -65,6 +75,7 @@ struct DenseAttentionArgs {
   TensorView out;           // [T, Hq, D]
   TensorView lse;           // optional [T, Hq] f32
   TensorView error_flags;
+  bool batch_invariant = false;
 };
 
 Status check(const SparseAttentionDecodeArgs& args);

@@ -10,7 +10,8 @@ namespace msa {
 enum class PreAttentionMode : int32_t {
   kDense = 0,      // no index branch; qkv rows are [q | k | v] (or the 5-part sparse row)
   kSparse = 1,     // index branch on: index_q / index_k normed, roped, index_k inserted
-  kSkipIndex = 2,  // 5-part sparse row, index segments left bit-unchanged, index cache untouched
+  kSkipIndex = 2,  // 5-part sparse row, index segments left bit-unchanged; an index cache (and
+                   // index slots) may be passed through and is left untouched
 };
 
 // Per token t with position p = positions[t]:
@@ -50,7 +51,8 @@ struct FusedQkNormRopeArgs {
   KvCacheView kv_cache;     // Hkv == num_kv_heads, head_dim == D
 
   // Optional index-key insert (sparse mode): index_cache given => inserted at
-  // index_slot_mapping (or slot_mapping when index_slot_mapping is not given).
+  // index_slot_mapping (or slot_mapping when index_slot_mapping is not given). In skip-index
+  // mode both are accepted and neither is read or written; dense mode rejects them.
   TensorView index_slot_mapping;  // [T] i64 or i32
   TensorView index_cache;         // [num_blocks, block_size, Di] bf16 or e4m3
 

@@ -21,6 +21,11 @@ struct IndexTopkParams {
   int local_blocks = 1;
 };
 
+// batch_invariant: when true, a request's top-k rows are the same whatever other requests share
+// the call. Decode calls always are (every scorer sums a (row, key) score in the same order);
+// prefill calls on CUDA then choose the tensor-core scorer from per-row shapes only. The CPU
+// backend is always batch invariant.
+
 // Decode rows: num_requests requests with exactly query_len rows each, request-major.
 struct IndexTopkDecodeArgs {
   IndexTopkParams params;
@@ -31,6 +36,7 @@ struct IndexTopkDecodeArgs {
   TensorView seq_lens;     // [num_requests] i32: tokens in the cache, 0 = padded request
   TensorView topk_out;     // [H_idx, >= T, K] i32; rows [0, T) written
   TensorView error_flags;  // optional [1] i32
+  bool batch_invariant = false;
 };
 
 // Prefill rows (chunked prefill with a prefix): request b owns rows
@@ -44,6 +50,7 @@ struct IndexTopkPrefillArgs {
   TensorView seq_lens;      // [num_requests] i32: prefix + query tokens of each request
   TensorView topk_out;      // [H_idx, >= T, K] i32 (a view starting at the first prefill row)
   TensorView error_flags;
+  bool batch_invariant = false;
 };
 
 Status check(const IndexTopkDecodeArgs& args);

@@ -35,7 +35,9 @@ struct BatchMetadataArgs {
   TensorView token_position;        // [max_tokens] i32
   TensorView slot_mapping;          // [max_tokens] i64
   TensorView index_slot_mapping;    // [max_tokens] i64 (needs index_block_table)
-  // [4] i32: num_decode_tokens, num_prefill_tokens, num_tokens, total_kv_blocks
+  // [4] i32: num_decode_tokens, num_prefill_tokens, num_tokens, total_kv_blocks; the last is
+  // ceil(seq_len / block_size) summed over the prefill requests only (spec B6: it sizes the
+  // prefill-side structures)
   TensorView totals;
   TensorView error_flags;  // optional [1] i32
 };

@@ -103,8 +103,9 @@ struct Workspace {
 };
 
 // Bits an op ORs into its optional `error_flags` tensor ([1] int32, on the op's device) when a
-// value inside a device tensor is out of range. The offending item is skipped (nothing is
-// written for it); everything else is computed. Flags are never cleared by an op.
+// value inside a tensor is out of range. On CUDA the offending item is skipped (nothing is
+// written for it) and everything else is computed; on the CPU the op returns kOutOfRange and
+// writes nothing but the flag. Flags are never cleared by an op.
 enum DeviceError : int32_t {
   kDeviceErrorNone = 0,
   kDeviceErrorSlot = 1 << 0,      // slot_mapping entry >= num_blocks * block_size

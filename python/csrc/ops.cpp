@@ -1,595 +1,446 @@
-// The msa PyTorch operator library: TORCH_LIBRARY(msa) schemas (out variants with mutation
-// annotations), CPU and CUDA kernels that forward to the framework-free msa API, and Python
-// functions that size each op's workspace from tensor shapes.
-#include <ATen/ATen.h>
-#include <c10/core/DeviceGuard.h>
-#include <torch/extension.h>
-#include <torch/library.h>
+// The msa PyTorch operator library, generated from one table: each op below lists its
+// arguments once (name, kind, and how it fills the msa Args struct), and templates derive
+//   - the schema of torch.ops.msa.<op>: an out variant returning nothing, each tensor it writes
+//     with its own alias set ("!", the workspace included, as scratch); arguments in table
+//     order with the workspace between the tensors and the scalars;
+//   - its kernel (CPU and CUDA: msa dispatches on the tensors' device itself);
+//   - torch.ops.msa.<op>_workspace_size(str device, <the same arguments less the workspace>)
+//     -> int, the bytes msa::workspace_size asks for these shapes (meta tensors accepted).
+// Kernels are boxed against torch's stable ABI (no libtorch C++ types cross the boundary).
+// Errors leave as std::runtime_error("msa.<op>: <status code name>: <message>"); msa/_ops.py
+// raises the matching Python exception.
+#include <Python.h>
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/library.h>
 
+#include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
-#include <utility>
 
 #include "glue.h"
 
 namespace msa_torch {
 namespace {
 
-using OptTensor = std::optional<at::Tensor>;
+using torch::stable::detail::from;
+using torch::stable::detail::to;
 
-msa::PreAttentionMode to_mode(int64_t mode) {
-  TORCH_CHECK_VALUE(mode >= 0 && mode <= 2, "mode: " + std::to_string(mode) +
-                                                ", expected 0 (dense), 1 (sparse) or 2 "
-                                                "(skip_index)");
-  return static_cast<msa::PreAttentionMode>(mode);
+// ---- the table's vocabulary ----------------------------------------------------------------
+
+// kTensor: one schema argument; kKvCache: three (the cache, then "Tensor? k_scale" and
+// "Tensor? v_scale"); kInt / kFloat: one scalar, after the workspace.
+enum class Kind { kTensor, kKvCache, kInt, kFloat };
+enum Flags : unsigned { kRead = 0, kOptional = 1, kWritten = 2 };
+
+// One decoded argument, as a field's setter sees it.
+struct Value {
+  const ViewFactory* view = nullptr;
+  const char* name = nullptr;
+  OptTensor tensor[3];  // kTensor: [0]; kKvCache: cache, k_scale, v_scale
+  int64_t i = 0;
+  double f = 0.0;
+};
+
+template <typename A>
+struct Field {
+  Kind kind;
+  const char* name;
+  unsigned flags;
+  void (*set)(A& args, const Value& value);
+};
+
+template <typename A, msa::TensorView A::*M>
+void set_view(A& a, const Value& v) {
+  a.*M = (*v.view)(v.tensor[0], v.name);
 }
 
-msa::IndexTopkParams topk_params(int64_t topk, int64_t init_blocks, int64_t local_blocks) {
-  msa::IndexTopkParams p;
-  p.topk = static_cast<int>(topk);
-  p.init_blocks = static_cast<int>(init_blocks);
-  p.local_blocks = static_cast<int>(local_blocks);
-  return p;
-}
-
-// ---- fused_qknorm_rope --------------------------------------------------------------------
-
-msa::FusedQkNormRopeArgs fused_qknorm_rope_args(
-    const ViewFactory& view, const at::Tensor& qkv, const at::Tensor& positions,
-    const at::Tensor& cos_sin_cache, const at::Tensor& q_norm_weight,
-    const at::Tensor& k_norm_weight, const OptTensor& index_q_norm_weight,
-    const OptTensor& index_k_norm_weight, const OptTensor& slot_mapping, const OptTensor& kv_cache,
-    const OptTensor& k_scale, const OptTensor& v_scale, const OptTensor& index_slot_mapping,
-    const OptTensor& index_cache, const OptTensor& q_out, const OptTensor& index_q_out,
-    const OptTensor& error_flags, int64_t mode, int64_t num_q_heads, int64_t num_kv_heads,
-    int64_t num_index_heads, int64_t rotary_dim, double eps) {
-  msa::FusedQkNormRopeArgs a;
-  a.mode = to_mode(mode);
-  a.num_q_heads = static_cast<int>(num_q_heads);
-  a.num_kv_heads = static_cast<int>(num_kv_heads);
-  a.num_index_heads = static_cast<int>(num_index_heads);
-  a.rotary_dim = static_cast<int>(rotary_dim);
-  a.eps = static_cast<float>(eps);
-  a.qkv = view(qkv, "qkv");
-  a.positions = view(positions, "positions");
-  a.cos_sin_cache = view(cos_sin_cache, "cos_sin_cache");
-  a.q_norm_weight = view(q_norm_weight, "q_norm_weight");
-  a.k_norm_weight = view(k_norm_weight, "k_norm_weight");
-  a.index_q_norm_weight = view(index_q_norm_weight, "index_q_norm_weight");
-  a.index_k_norm_weight = view(index_k_norm_weight, "index_k_norm_weight");
-  a.slot_mapping = view(slot_mapping, "slot_mapping");
-  if (kv_cache.has_value() && kv_cache->defined()) {
-    a.kv_cache = view.kv_cache(*kv_cache, k_scale, v_scale, "kv_cache");
+template <typename A, msa::KvCacheView A::*M>
+void set_kv_cache(A& a, const Value& v) {
+  if (v.tensor[0].has_value() && v.tensor[0]->defined()) {
+    a.*M = v.view->kv_cache(*v.tensor[0], v.tensor[1], v.tensor[2], v.name);
   }
-  a.index_slot_mapping = view(index_slot_mapping, "index_slot_mapping");
-  a.index_cache = view(index_cache, "index_cache");
-  a.q_out = view(q_out, "q_out");
-  a.index_q_out = view(index_q_out, "index_q_out");
-  a.error_flags = view(error_flags, "error_flags");
-  return a;
 }
 
-void fused_qknorm_rope(const at::Tensor& qkv, const at::Tensor& positions,
-                       const at::Tensor& cos_sin_cache, const at::Tensor& q_norm_weight,
-                       const at::Tensor& k_norm_weight, const OptTensor& index_q_norm_weight,
-                       const OptTensor& index_k_norm_weight, const OptTensor& slot_mapping,
-                       const OptTensor& kv_cache, const OptTensor& k_scale,
-                       const OptTensor& v_scale, const OptTensor& index_slot_mapping,
-                       const OptTensor& index_cache, const OptTensor& q_out,
-                       const OptTensor& index_q_out, const OptTensor& error_flags,
-                       const at::Tensor& workspace, int64_t mode, int64_t num_q_heads,
-                       int64_t num_kv_heads, int64_t num_index_heads, int64_t rotary_dim,
-                       double eps) {
-  const c10::OptionalDeviceGuard guard(qkv.device());
-  run_op("fused_qknorm_rope",
-         fused_qknorm_rope_args(ViewFactory::real(), qkv, positions, cos_sin_cache, q_norm_weight,
-                                k_norm_weight, index_q_norm_weight, index_k_norm_weight,
-                                slot_mapping, kv_cache, k_scale, v_scale, index_slot_mapping,
-                                index_cache, q_out, index_q_out, error_flags, mode, num_q_heads,
-                                num_kv_heads, num_index_heads, rotary_dim, eps),
-         workspace, qkv.device());
+template <typename A, int A::*M>
+void set_int(A& a, const Value& v) {
+  a.*M = static_cast<int>(v.i);
 }
 
-int64_t fused_qknorm_rope_workspace_size(
-    const std::string& device, const at::Tensor& qkv, const at::Tensor& positions,
-    const at::Tensor& cos_sin_cache, const at::Tensor& q_norm_weight,
-    const at::Tensor& k_norm_weight, const OptTensor& index_q_norm_weight,
-    const OptTensor& index_k_norm_weight, const OptTensor& slot_mapping, const OptTensor& kv_cache,
-    const OptTensor& k_scale, const OptTensor& v_scale, const OptTensor& index_slot_mapping,
-    const OptTensor& index_cache, const OptTensor& q_out, const OptTensor& index_q_out,
-    const OptTensor& error_flags, int64_t mode, int64_t num_q_heads, int64_t num_kv_heads,
-    int64_t num_index_heads, int64_t rotary_dim, double eps) {
-  const auto view = ViewFactory::shape_only(to_msa_device(c10::Device(device)));
-  return query_workspace_size(
-      "fused_qknorm_rope",
-      fused_qknorm_rope_args(view, qkv, positions, cos_sin_cache, q_norm_weight, k_norm_weight,
-                             index_q_norm_weight, index_k_norm_weight, slot_mapping, kv_cache,
-                             k_scale, v_scale, index_slot_mapping, index_cache, q_out, index_q_out,
-                             error_flags, mode, num_q_heads, num_kv_heads, num_index_heads,
-                             rotary_dim, eps));
+template <typename A, float A::*M>
+void set_float(A& a, const Value& v) {
+  a.*M = static_cast<float>(v.f);
 }
 
-// ---- rope_cache ---------------------------------------------------------------------------
-
-msa::RopeCacheArgs rope_cache_args(const ViewFactory& view, const at::Tensor& cos_sin_out,
-                                   double theta) {
-  msa::RopeCacheArgs a;
-  a.theta = theta;
-  a.cos_sin_out = view(cos_sin_out, "cos_sin_out");
-  return a;
+template <typename A, double A::*M>
+void set_double(A& a, const Value& v) {
+  a.*M = v.f;
 }
 
-void rope_cache(const at::Tensor& cos_sin_out, const at::Tensor& workspace, double theta) {
-  const c10::OptionalDeviceGuard guard(cos_sin_out.device());
-  run_op("rope_cache", rope_cache_args(ViewFactory::real(), cos_sin_out, theta), workspace,
-         cos_sin_out.device());
+template <typename A, int msa::IndexTopkParams::*M>
+void set_topk_param(A& a, const Value& v) {
+  a.params.*M = static_cast<int>(v.i);
 }
 
-int64_t rope_cache_workspace_size(const std::string& device, const at::Tensor& cos_sin_out,
-                                  double theta) {
-  const auto view = ViewFactory::shape_only(to_msa_device(c10::Device(device)));
-  return query_workspace_size("rope_cache", rope_cache_args(view, cos_sin_out, theta));
+void set_mode(msa::FusedQkNormRopeArgs& a, const Value& v) {
+  if (v.i < 0 || v.i > 2) {
+    throw StatusError(msa::Status(msa::StatusCode::kInvalidArgument,
+                                  "pre_attention_mode: " + std::to_string(v.i) +
+                                      ", expected 0 (dense), 1 (sparse) or 2 (skip_index)"));
+  }
+  a.mode = static_cast<msa::PreAttentionMode>(v.i);
 }
 
-// ---- index_topk_decode / index_topk_prefill -------------------------------------------------
+// Table entries; `A` is the Args struct of the op being described.
+#define MSA_IN(m) \
+  Field<A> { Kind::kTensor, #m, kRead, &set_view<A, &A::m> }
+#define MSA_OUT(m) \
+  Field<A> { Kind::kTensor, #m, kWritten, &set_view<A, &A::m> }
+#define MSA_OPT_IN(m) \
+  Field<A> { Kind::kTensor, #m, kOptional, &set_view<A, &A::m> }
+#define MSA_OPT_OUT(m) \
+  Field<A> { Kind::kTensor, #m, kOptional | kWritten, &set_view<A, &A::m> }
+#define MSA_KV_IN(m) \
+  Field<A> { Kind::kKvCache, #m, kRead, &set_kv_cache<A, &A::m> }
+#define MSA_KV_OPT_OUT(m) \
+  Field<A> { Kind::kKvCache, #m, kOptional | kWritten, &set_kv_cache<A, &A::m> }
+#define MSA_INT(m) \
+  Field<A> { Kind::kInt, #m, kRead, &set_int<A, &A::m> }
+#define MSA_FLOAT(m) \
+  Field<A> { Kind::kFloat, #m, kRead, &set_float<A, &A::m> }
+#define MSA_TOPK_PARAMS                                                                        \
+  Field<A>{Kind::kInt, "topk", kRead, &set_topk_param<A, &msa::IndexTopkParams::topk>},        \
+      Field<A>{Kind::kInt, "init_blocks", kRead,                                               \
+               &set_topk_param<A, &msa::IndexTopkParams::init_blocks>},                        \
+      Field<A> {                                                                               \
+    Kind::kInt, "local_blocks", kRead, &set_topk_param<A, &msa::IndexTopkParams::local_blocks> \
+  }
 
-msa::IndexTopkDecodeArgs index_topk_decode_args(
-    const ViewFactory& view, const at::Tensor& index_q, const at::Tensor& index_cache,
-    const at::Tensor& block_table, const at::Tensor& seq_lens, const at::Tensor& topk_out,
-    const OptTensor& error_flags, int64_t query_len, int64_t topk, int64_t init_blocks,
-    int64_t local_blocks) {
-  msa::IndexTopkDecodeArgs a;
-  a.params = topk_params(topk, init_blocks, local_blocks);
-  a.query_len = static_cast<int>(query_len);
-  a.index_q = view(index_q, "index_q");
-  a.index_cache = view(index_cache, "index_cache");
-  a.block_table = view(block_table, "block_table");
-  a.seq_lens = view(seq_lens, "seq_lens");
-  a.topk_out = view(topk_out, "topk_out");
-  a.error_flags = view(error_flags, "error_flags");
-  return a;
+// ---- the table -----------------------------------------------------------------------------
+// Argument order is the schema's: keep it in step with the Python wrappers' keyword names
+// (msa/_ops.py passes arguments by name, in the order torch.ops.msa reports).
+
+struct FusedQkNormRope {
+  using A = msa::FusedQkNormRopeArgs;
+  static constexpr const char* kName = "fused_qknorm_rope";
+  static constexpr Field<A> kFields[] = {
+      MSA_OUT(qkv),
+      MSA_IN(positions),
+      MSA_IN(cos_sin_cache),
+      MSA_IN(q_norm_weight),
+      MSA_IN(k_norm_weight),
+      MSA_OPT_IN(index_q_norm_weight),
+      MSA_OPT_IN(index_k_norm_weight),
+      MSA_OPT_IN(slot_mapping),
+      MSA_KV_OPT_OUT(kv_cache),
+      MSA_OPT_IN(index_slot_mapping),
+      MSA_OPT_OUT(index_cache),
+      MSA_OPT_OUT(q_out),
+      MSA_OPT_OUT(index_q_out),
+      MSA_OPT_OUT(error_flags),
+      Field<A>{Kind::kInt, "pre_attention_mode", kRead, &set_mode},
+      MSA_INT(num_q_heads),
+      MSA_INT(num_kv_heads),
+      MSA_INT(num_index_heads),
+      MSA_INT(rotary_dim),
+      MSA_FLOAT(eps),
+  };
+};
+
+struct RopeCache {
+  using A = msa::RopeCacheArgs;
+  static constexpr const char* kName = "rope_cache";
+  static constexpr Field<A> kFields[] = {
+      MSA_OUT(cos_sin_out),
+      Field<A>{Kind::kFloat, "theta", kRead, &set_double<A, &A::theta>},
+  };
+};
+
+struct IndexTopkDecode {
+  using A = msa::IndexTopkDecodeArgs;
+  static constexpr const char* kName = "index_topk_decode";
+  static constexpr Field<A> kFields[] = {
+      MSA_IN(index_q),   MSA_IN(index_cache),      MSA_IN(block_table), MSA_IN(seq_lens),
+      MSA_OUT(topk_out), MSA_OPT_OUT(error_flags), MSA_INT(query_len),  MSA_TOPK_PARAMS,
+  };
+};
+
+struct IndexTopkPrefill {
+  using A = msa::IndexTopkPrefillArgs;
+  static constexpr const char* kName = "index_topk_prefill";
+  static constexpr Field<A> kFields[] = {
+      MSA_IN(index_q),  MSA_IN(index_cache), MSA_IN(block_table),      MSA_IN(cu_seqlens_q),
+      MSA_IN(seq_lens), MSA_OUT(topk_out),   MSA_OPT_OUT(error_flags), MSA_TOPK_PARAMS,
+  };
+};
+
+struct SparsePage16 {
+  using A = msa::SparsePage16Args;
+  static constexpr const char* kName = "sparse_page16";
+  static constexpr Field<A> kFields[] = {
+      MSA_IN(topk),       MSA_IN(block_table),       MSA_IN(seq_lens),
+      MSA_OUT(table_out), MSA_OUT(context_lens_out), MSA_OPT_OUT(error_flags),
+      MSA_INT(query_len), MSA_INT(page_stride),      MSA_INT(block_size),
+  };
+};
+
+struct SparseAttentionDecode {
+  using A = msa::SparseAttentionDecodeArgs;
+  static constexpr const char* kName = "sparse_attention_decode";
+  static constexpr Field<A> kFields[] = {
+      MSA_IN(q),           MSA_KV_IN(kv_cache),
+      MSA_IN(block_table), MSA_IN(seq_lens),
+      MSA_IN(topk),        MSA_OUT(out),
+      MSA_OPT_OUT(lse),    MSA_OPT_OUT(error_flags),
+      MSA_INT(query_len),  MSA_FLOAT(softmax_scale),
+  };
+};
+
+struct SparseAttentionPrefill {
+  using A = msa::SparseAttentionPrefillArgs;
+  static constexpr const char* kName = "sparse_attention_prefill";
+  static constexpr Field<A> kFields[] = {
+      MSA_IN(q),
+      MSA_KV_IN(kv_cache),
+      MSA_IN(block_table),
+      MSA_IN(cu_seqlens_q),
+      MSA_IN(seq_lens),
+      MSA_IN(topk),
+      MSA_OUT(out),
+      MSA_OPT_OUT(lse),
+      MSA_OPT_OUT(error_flags),
+      MSA_FLOAT(softmax_scale),
+  };
+};
+
+struct DenseAttention {
+  using A = msa::DenseAttentionArgs;
+  static constexpr const char* kName = "dense_attention";
+  static constexpr Field<A> kFields[] = {
+      MSA_IN(q),
+      MSA_KV_IN(kv_cache),
+      MSA_IN(block_table),
+      MSA_IN(cu_seqlens_q),
+      MSA_IN(seq_lens),
+      MSA_OUT(out),
+      MSA_OPT_OUT(lse),
+      MSA_OPT_OUT(error_flags),
+      MSA_FLOAT(softmax_scale),
+  };
+};
+
+struct BatchMetadata {
+  using A = msa::BatchMetadataArgs;
+  static constexpr const char* kName = "batch_metadata";
+  static constexpr Field<A> kFields[] = {
+      MSA_IN(query_lens),
+      MSA_IN(seq_lens),
+      MSA_IN(block_table),
+      MSA_OPT_IN(index_block_table),
+      MSA_OPT_OUT(query_start_loc),
+      MSA_OPT_OUT(prefill_cu_seqlens_q),
+      MSA_OPT_OUT(prefill_cu_seqlens_k),
+      MSA_OPT_OUT(context_lens),
+      MSA_OPT_OUT(kv_block_counts),
+      MSA_OPT_OUT(token_request),
+      MSA_OPT_OUT(token_position),
+      MSA_OPT_OUT(slot_mapping),
+      MSA_OPT_OUT(index_slot_mapping),
+      MSA_OPT_OUT(totals),
+      MSA_OPT_OUT(error_flags),
+      MSA_INT(num_decode_requests),
+      MSA_INT(decode_query_len),
+      MSA_INT(block_size),
+  };
+};
+
+#undef MSA_IN
+#undef MSA_OUT
+#undef MSA_OPT_IN
+#undef MSA_OPT_OUT
+#undef MSA_KV_IN
+#undef MSA_KV_OPT_OUT
+#undef MSA_INT
+#undef MSA_FLOAT
+#undef MSA_TOPK_PARAMS
+
+// ---- what the templates derive from an entry -----------------------------------------------
+
+bool is_scalar(Kind k) { return k == Kind::kInt || k == Kind::kFloat; }
+
+// Schema arguments a field takes.
+int width(Kind k) { return k == Kind::kKvCache ? 3 : 1; }
+
+template <typename Op>
+int num_schema_args() {
+  int n = 0;
+  for (const auto& f : Op::kFields) n += width(f.kind);
+  return n;
 }
 
-void index_topk_decode(const at::Tensor& index_q, const at::Tensor& index_cache,
-                       const at::Tensor& block_table, const at::Tensor& seq_lens,
-                       const at::Tensor& topk_out, const OptTensor& error_flags,
-                       const at::Tensor& workspace, int64_t query_len, int64_t topk,
-                       int64_t init_blocks, int64_t local_blocks) {
-  const c10::OptionalDeviceGuard guard(index_q.device());
-  run_op("index_topk_decode",
-         index_topk_decode_args(ViewFactory::real(), index_q, index_cache, block_table, seq_lens,
-                                topk_out, error_flags, query_len, topk, init_blocks, local_blocks),
-         workspace, index_q.device());
+// "name(args) -> ()" for the op, or "name_workspace_size(str device, args) -> int".
+template <typename Op>
+std::string schema(bool size_form) {
+  std::string tensors, scalars;
+  char alias = 'a';
+  auto append = [](std::string& list, const std::string& arg) {
+    list += (list.empty() ? "" : ", ") + arg;
+  };
+  auto tensor = [&](const char* name, unsigned flags) {
+    std::string type = "Tensor";
+    if ((flags & kWritten) && !size_form) type += std::string("(") + alias++ + "!)";
+    if (flags & kOptional) type += "?";
+    return type + " " + name;
+  };
+  for (const auto& f : Op::kFields) {
+    switch (f.kind) {
+      case Kind::kTensor:
+        append(tensors, tensor(f.name, f.flags));
+        break;
+      case Kind::kKvCache:
+        append(tensors, tensor(f.name, f.flags));
+        append(tensors, "Tensor? k_scale");
+        append(tensors, "Tensor? v_scale");
+        break;
+      case Kind::kInt:
+        append(scalars, std::string("int ") + f.name);
+        break;
+      case Kind::kFloat:
+        append(scalars, std::string("float ") + f.name);
+        break;
+    }
+  }
+  if (size_form) {
+    return std::string(Op::kName) + "_workspace_size(str device, " + tensors + ", " + scalars +
+           ") -> int";
+  }
+  return std::string(Op::kName) + "(" + tensors + ", " + tensor("workspace", kWritten) + ", " +
+         scalars + ") -> ()";
 }
 
-int64_t index_topk_decode_workspace_size(const std::string& device, const at::Tensor& index_q,
-                                         const at::Tensor& index_cache,
-                                         const at::Tensor& block_table, const at::Tensor& seq_lens,
-                                         const at::Tensor& topk_out, const OptTensor& error_flags,
-                                         int64_t query_len, int64_t topk, int64_t init_blocks,
-                                         int64_t local_blocks) {
-  const auto view = ViewFactory::shape_only(to_msa_device(c10::Device(device)));
-  return query_workspace_size(
-      "index_topk_decode",
-      index_topk_decode_args(view, index_q, index_cache, block_table, seq_lens, topk_out,
-                             error_flags, query_len, topk, init_blocks, local_blocks));
-}
+template <typename Op>
+struct Kernels {
+  using A = typename Op::A;
 
-msa::IndexTopkPrefillArgs index_topk_prefill_args(
-    const ViewFactory& view, const at::Tensor& index_q, const at::Tensor& index_cache,
-    const at::Tensor& block_table, const at::Tensor& cu_seqlens_q, const at::Tensor& seq_lens,
-    const at::Tensor& topk_out, const OptTensor& error_flags, int64_t topk, int64_t init_blocks,
-    int64_t local_blocks) {
-  msa::IndexTopkPrefillArgs a;
-  a.params = topk_params(topk, init_blocks, local_blocks);
-  a.index_q = view(index_q, "index_q");
-  a.index_cache = view(index_cache, "index_cache");
-  a.block_table = view(block_table, "block_table");
-  a.cu_seqlens_q = view(cu_seqlens_q, "cu_seqlens_q");
-  a.seq_lens = view(seq_lens, "seq_lens");
-  a.topk_out = view(topk_out, "topk_out");
-  a.error_flags = view(error_flags, "error_flags");
-  return a;
-}
+  // Reads the op's arguments from a boxed stack from index `pos` on (each entry converted
+  // exactly once: conversion takes ownership of tensor handles). The run form's workspace sits
+  // between the tensors and the scalars; `first_tensor` gets the first tensor argument.
+  static A read(const ViewFactory& view, StableIValue* stack, uint64_t pos, OptTensor* workspace,
+                OptTensor* first_tensor) {
+    A args;
+    for (const auto& f : Op::kFields) {
+      if (is_scalar(f.kind)) continue;
+      Value v;
+      v.view = &view;
+      v.name = f.name;
+      // A required tensor is a handle; an optional one points to a handle or is null.
+      v.tensor[0] =
+          (f.flags & kOptional) ? to<OptTensor>(stack[pos++]) : OptTensor(to<Tensor>(stack[pos++]));
+      for (int i = 1; i < width(f.kind); ++i) v.tensor[i] = to<OptTensor>(stack[pos++]);
+      if (first_tensor != nullptr && !first_tensor->has_value()) *first_tensor = v.tensor[0];
+      f.set(args, v);
+    }
+    if (workspace != nullptr) *workspace = to<Tensor>(stack[pos++]);
+    for (const auto& f : Op::kFields) {
+      if (!is_scalar(f.kind)) continue;
+      Value v;
+      v.view = &view;
+      v.name = f.name;
+      if (f.kind == Kind::kInt) {
+        v.i = to<int64_t>(stack[pos++]);
+      } else {
+        v.f = to<double>(stack[pos++]);
+      }
+      f.set(args, v);
+    }
+    return args;
+  }
 
-void index_topk_prefill(const at::Tensor& index_q, const at::Tensor& index_cache,
-                        const at::Tensor& block_table, const at::Tensor& cu_seqlens_q,
-                        const at::Tensor& seq_lens, const at::Tensor& topk_out,
-                        const OptTensor& error_flags, const at::Tensor& workspace, int64_t topk,
-                        int64_t init_blocks, int64_t local_blocks) {
-  const c10::OptionalDeviceGuard guard(index_q.device());
-  run_op(
-      "index_topk_prefill",
-      index_topk_prefill_args(ViewFactory::real(), index_q, index_cache, block_table, cu_seqlens_q,
-                              seq_lens, topk_out, error_flags, topk, init_blocks, local_blocks),
-      workspace, index_q.device());
-}
+  static void check_arity(uint64_t num_args, uint64_t want_args, uint64_t num_outputs,
+                          uint64_t want_outputs) {
+    if (num_args != want_args || num_outputs != want_outputs) {
+      throw std::runtime_error(std::string("msa.") + Op::kName +
+                               ": internal: schema and kernel disagree on the argument count");
+    }
+  }
 
-int64_t index_topk_prefill_workspace_size(const std::string& device, const at::Tensor& index_q,
-                                          const at::Tensor& index_cache,
-                                          const at::Tensor& block_table,
-                                          const at::Tensor& cu_seqlens_q,
-                                          const at::Tensor& seq_lens, const at::Tensor& topk_out,
-                                          const OptTensor& error_flags, int64_t topk,
-                                          int64_t init_blocks, int64_t local_blocks) {
-  const auto view = ViewFactory::shape_only(to_msa_device(c10::Device(device)));
-  return query_workspace_size(
-      "index_topk_prefill",
-      index_topk_prefill_args(view, index_q, index_cache, block_table, cu_seqlens_q, seq_lens,
-                              topk_out, error_flags, topk, init_blocks, local_blocks));
-}
+  [[noreturn]] static void rethrow(const StatusError& e) {
+    throw std::runtime_error(std::string("msa.") + Op::kName + ": " + e.what());
+  }
 
-// ---- sparse_page16 ------------------------------------------------------------------------
+  static void run(StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {
+    check_arity(num_args, num_schema_args<Op>() + 1, num_outputs, 0);
+    try {
+      OptTensor workspace, first;
+      const A args = read(ViewFactory::real(), stack, 0, &workspace, &first);
+      const msa::Device device = device_of(*first);
+      std::optional<torch::stable::accelerator::DeviceGuard> guard;
+      if (device.is_cuda()) guard.emplace(device.index);
+      throw_if_error(msa::run(args, to_workspace(*workspace, device), current_stream(device)));
+    } catch (const StatusError& e) {
+      rethrow(e);
+    }
+  }
 
-msa::SparsePage16Args sparse_page16_args(const ViewFactory& view, const at::Tensor& topk,
-                                         const at::Tensor& block_table, const at::Tensor& seq_lens,
-                                         const at::Tensor& table_out,
-                                         const at::Tensor& context_lens_out,
-                                         const OptTensor& error_flags, int64_t query_len,
-                                         int64_t page_stride, int64_t block_size) {
-  msa::SparsePage16Args a;
-  a.query_len = static_cast<int>(query_len);
-  a.page_stride = static_cast<int>(page_stride);
-  a.block_size = static_cast<int>(block_size);
-  a.topk = view(topk, "topk");
-  a.block_table = view(block_table, "block_table");
-  a.seq_lens = view(seq_lens, "seq_lens");
-  a.table_out = view(table_out, "table_out");
-  a.context_lens_out = view(context_lens_out, "context_lens_out");
-  a.error_flags = view(error_flags, "error_flags");
-  return a;
-}
+  static void workspace_size(StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {
+    check_arity(num_args, num_schema_args<Op>() + 1, num_outputs, 1);
+    try {
+      const std::string device = to<std::string>(stack[0]);
+      const A args =
+          read(ViewFactory::shape_only(parse_device(device)), stack, 1, nullptr, nullptr);
+      size_t bytes = 0;
+      throw_if_error(msa::workspace_size(args, &bytes));
+      stack[0] = from(static_cast<int64_t>(bytes));
+    } catch (const StatusError& e) {
+      rethrow(e);
+    }
+  }
+};
 
-void sparse_page16(const at::Tensor& topk, const at::Tensor& block_table,
-                   const at::Tensor& seq_lens, const at::Tensor& table_out,
-                   const at::Tensor& context_lens_out, const OptTensor& error_flags,
-                   const at::Tensor& workspace, int64_t query_len, int64_t page_stride,
-                   int64_t block_size) {
-  const c10::OptionalDeviceGuard guard(topk.device());
-  run_op("sparse_page16",
-         sparse_page16_args(ViewFactory::real(), topk, block_table, seq_lens, table_out,
-                            context_lens_out, error_flags, query_len, page_stride, block_size),
-         workspace, topk.device());
-}
+template <typename... Ops>
+struct OpList {
+  static void define(torch::stable::detail::StableLibrary& m) {
+    (m.def(schema<Ops>(false).c_str()), ...);
+    (m.def(schema<Ops>(true).c_str()), ...);
+  }
+  static void impl_kernels(torch::stable::detail::StableLibrary& m) {
+    (m.impl(Ops::kName, &Kernels<Ops>::run), ...);
+  }
+  static void impl_workspace_sizes(torch::stable::detail::StableLibrary& m) {
+    (m.impl((std::string(Ops::kName) + "_workspace_size").c_str(), &Kernels<Ops>::workspace_size),
+     ...);
+  }
+};
 
-int64_t sparse_page16_workspace_size(const std::string& device, const at::Tensor& topk,
-                                     const at::Tensor& block_table, const at::Tensor& seq_lens,
-                                     const at::Tensor& table_out,
-                                     const at::Tensor& context_lens_out,
-                                     const OptTensor& error_flags, int64_t query_len,
-                                     int64_t page_stride, int64_t block_size) {
-  const auto view = ViewFactory::shape_only(to_msa_device(c10::Device(device)));
-  return query_workspace_size(
-      "sparse_page16",
-      sparse_page16_args(view, topk, block_table, seq_lens, table_out, context_lens_out,
-                         error_flags, query_len, page_stride, block_size));
-}
-
-// ---- sparse_attention_decode / sparse_attention_prefill / dense_attention ------------------
-
-msa::SparseAttentionDecodeArgs sparse_attention_decode_args(
-    const ViewFactory& view, const at::Tensor& q, const at::Tensor& kv_cache,
-    const OptTensor& k_scale, const OptTensor& v_scale, const at::Tensor& block_table,
-    const at::Tensor& seq_lens, const at::Tensor& topk, const at::Tensor& out, const OptTensor& lse,
-    const OptTensor& error_flags, int64_t query_len, double softmax_scale) {
-  msa::SparseAttentionDecodeArgs a;
-  a.query_len = static_cast<int>(query_len);
-  a.softmax_scale = static_cast<float>(softmax_scale);
-  a.q = view(q, "q");
-  a.kv_cache = view.kv_cache(kv_cache, k_scale, v_scale, "kv_cache");
-  a.block_table = view(block_table, "block_table");
-  a.seq_lens = view(seq_lens, "seq_lens");
-  a.topk = view(topk, "topk");
-  a.out = view(out, "out");
-  a.lse = view(lse, "lse");
-  a.error_flags = view(error_flags, "error_flags");
-  return a;
-}
-
-void sparse_attention_decode(const at::Tensor& q, const at::Tensor& kv_cache,
-                             const OptTensor& k_scale, const OptTensor& v_scale,
-                             const at::Tensor& block_table, const at::Tensor& seq_lens,
-                             const at::Tensor& topk, const at::Tensor& out, const OptTensor& lse,
-                             const OptTensor& error_flags, const at::Tensor& workspace,
-                             int64_t query_len, double softmax_scale) {
-  const c10::OptionalDeviceGuard guard(q.device());
-  run_op(
-      "sparse_attention_decode",
-      sparse_attention_decode_args(ViewFactory::real(), q, kv_cache, k_scale, v_scale, block_table,
-                                   seq_lens, topk, out, lse, error_flags, query_len, softmax_scale),
-      workspace, q.device());
-}
-
-int64_t sparse_attention_decode_workspace_size(
-    const std::string& device, const at::Tensor& q, const at::Tensor& kv_cache,
-    const OptTensor& k_scale, const OptTensor& v_scale, const at::Tensor& block_table,
-    const at::Tensor& seq_lens, const at::Tensor& topk, const at::Tensor& out, const OptTensor& lse,
-    const OptTensor& error_flags, int64_t query_len, double softmax_scale) {
-  const auto view = ViewFactory::shape_only(to_msa_device(c10::Device(device)));
-  return query_workspace_size(
-      "sparse_attention_decode",
-      sparse_attention_decode_args(view, q, kv_cache, k_scale, v_scale, block_table, seq_lens, topk,
-                                   out, lse, error_flags, query_len, softmax_scale));
-}
-
-msa::SparseAttentionPrefillArgs sparse_attention_prefill_args(
-    const ViewFactory& view, const at::Tensor& q, const at::Tensor& kv_cache,
-    const OptTensor& k_scale, const OptTensor& v_scale, const at::Tensor& block_table,
-    const at::Tensor& cu_seqlens_q, const at::Tensor& seq_lens, const at::Tensor& topk,
-    const at::Tensor& out, const OptTensor& lse, const OptTensor& error_flags,
-    double softmax_scale) {
-  msa::SparseAttentionPrefillArgs a;
-  a.softmax_scale = static_cast<float>(softmax_scale);
-  a.q = view(q, "q");
-  a.kv_cache = view.kv_cache(kv_cache, k_scale, v_scale, "kv_cache");
-  a.block_table = view(block_table, "block_table");
-  a.cu_seqlens_q = view(cu_seqlens_q, "cu_seqlens_q");
-  a.seq_lens = view(seq_lens, "seq_lens");
-  a.topk = view(topk, "topk");
-  a.out = view(out, "out");
-  a.lse = view(lse, "lse");
-  a.error_flags = view(error_flags, "error_flags");
-  return a;
-}
-
-void sparse_attention_prefill(const at::Tensor& q, const at::Tensor& kv_cache,
-                              const OptTensor& k_scale, const OptTensor& v_scale,
-                              const at::Tensor& block_table, const at::Tensor& cu_seqlens_q,
-                              const at::Tensor& seq_lens, const at::Tensor& topk,
-                              const at::Tensor& out, const OptTensor& lse,
-                              const OptTensor& error_flags, const at::Tensor& workspace,
-                              double softmax_scale) {
-  const c10::OptionalDeviceGuard guard(q.device());
-  run_op("sparse_attention_prefill",
-         sparse_attention_prefill_args(ViewFactory::real(), q, kv_cache, k_scale, v_scale,
-                                       block_table, cu_seqlens_q, seq_lens, topk, out, lse,
-                                       error_flags, softmax_scale),
-         workspace, q.device());
-}
-
-int64_t sparse_attention_prefill_workspace_size(
-    const std::string& device, const at::Tensor& q, const at::Tensor& kv_cache,
-    const OptTensor& k_scale, const OptTensor& v_scale, const at::Tensor& block_table,
-    const at::Tensor& cu_seqlens_q, const at::Tensor& seq_lens, const at::Tensor& topk,
-    const at::Tensor& out, const OptTensor& lse, const OptTensor& error_flags,
-    double softmax_scale) {
-  const auto view = ViewFactory::shape_only(to_msa_device(c10::Device(device)));
-  return query_workspace_size(
-      "sparse_attention_prefill",
-      sparse_attention_prefill_args(view, q, kv_cache, k_scale, v_scale, block_table, cu_seqlens_q,
-                                    seq_lens, topk, out, lse, error_flags, softmax_scale));
-}
-
-msa::DenseAttentionArgs dense_attention_args(
-    const ViewFactory& view, const at::Tensor& q, const at::Tensor& kv_cache,
-    const OptTensor& k_scale, const OptTensor& v_scale, const at::Tensor& block_table,
-    const at::Tensor& cu_seqlens_q, const at::Tensor& seq_lens, const at::Tensor& out,
-    const OptTensor& lse, const OptTensor& error_flags, double softmax_scale) {
-  msa::DenseAttentionArgs a;
-  a.softmax_scale = static_cast<float>(softmax_scale);
-  a.q = view(q, "q");
-  a.kv_cache = view.kv_cache(kv_cache, k_scale, v_scale, "kv_cache");
-  a.block_table = view(block_table, "block_table");
-  a.cu_seqlens_q = view(cu_seqlens_q, "cu_seqlens_q");
-  a.seq_lens = view(seq_lens, "seq_lens");
-  a.out = view(out, "out");
-  a.lse = view(lse, "lse");
-  a.error_flags = view(error_flags, "error_flags");
-  return a;
-}
-
-void dense_attention(const at::Tensor& q, const at::Tensor& kv_cache, const OptTensor& k_scale,
-                     const OptTensor& v_scale, const at::Tensor& block_table,
-                     const at::Tensor& cu_seqlens_q, const at::Tensor& seq_lens,
-                     const at::Tensor& out, const OptTensor& lse, const OptTensor& error_flags,
-                     const at::Tensor& workspace, double softmax_scale) {
-  const c10::OptionalDeviceGuard guard(q.device());
-  run_op("dense_attention",
-         dense_attention_args(ViewFactory::real(), q, kv_cache, k_scale, v_scale, block_table,
-                              cu_seqlens_q, seq_lens, out, lse, error_flags, softmax_scale),
-         workspace, q.device());
-}
-
-int64_t dense_attention_workspace_size(const std::string& device, const at::Tensor& q,
-                                       const at::Tensor& kv_cache, const OptTensor& k_scale,
-                                       const OptTensor& v_scale, const at::Tensor& block_table,
-                                       const at::Tensor& cu_seqlens_q, const at::Tensor& seq_lens,
-                                       const at::Tensor& out, const OptTensor& lse,
-                                       const OptTensor& error_flags, double softmax_scale) {
-  const auto view = ViewFactory::shape_only(to_msa_device(c10::Device(device)));
-  return query_workspace_size(
-      "dense_attention",
-      dense_attention_args(view, q, kv_cache, k_scale, v_scale, block_table, cu_seqlens_q, seq_lens,
-                           out, lse, error_flags, softmax_scale));
-}
-
-// ---- batch_metadata -----------------------------------------------------------------------
-
-msa::BatchMetadataArgs batch_metadata_args(
-    const ViewFactory& view, const at::Tensor& query_lens, const at::Tensor& seq_lens,
-    const at::Tensor& block_table, const OptTensor& index_block_table,
-    const OptTensor& query_start_loc, const OptTensor& prefill_cu_seqlens_q,
-    const OptTensor& prefill_cu_seqlens_k, const OptTensor& context_lens,
-    const OptTensor& kv_block_counts, const OptTensor& token_request,
-    const OptTensor& token_position, const OptTensor& slot_mapping,
-    const OptTensor& index_slot_mapping, const OptTensor& totals, const OptTensor& error_flags,
-    int64_t num_decode_requests, int64_t decode_query_len, int64_t block_size) {
-  msa::BatchMetadataArgs a;
-  a.num_decode_requests = static_cast<int>(num_decode_requests);
-  a.decode_query_len = static_cast<int>(decode_query_len);
-  a.block_size = static_cast<int>(block_size);
-  a.query_lens = view(query_lens, "query_lens");
-  a.seq_lens = view(seq_lens, "seq_lens");
-  a.block_table = view(block_table, "block_table");
-  a.index_block_table = view(index_block_table, "index_block_table");
-  a.query_start_loc = view(query_start_loc, "query_start_loc");
-  a.prefill_cu_seqlens_q = view(prefill_cu_seqlens_q, "prefill_cu_seqlens_q");
-  a.prefill_cu_seqlens_k = view(prefill_cu_seqlens_k, "prefill_cu_seqlens_k");
-  a.context_lens = view(context_lens, "context_lens");
-  a.kv_block_counts = view(kv_block_counts, "kv_block_counts");
-  a.token_request = view(token_request, "token_request");
-  a.token_position = view(token_position, "token_position");
-  a.slot_mapping = view(slot_mapping, "slot_mapping");
-  a.index_slot_mapping = view(index_slot_mapping, "index_slot_mapping");
-  a.totals = view(totals, "totals");
-  a.error_flags = view(error_flags, "error_flags");
-  return a;
-}
-
-void batch_metadata(const at::Tensor& query_lens, const at::Tensor& seq_lens,
-                    const at::Tensor& block_table, const OptTensor& index_block_table,
-                    const OptTensor& query_start_loc, const OptTensor& prefill_cu_seqlens_q,
-                    const OptTensor& prefill_cu_seqlens_k, const OptTensor& context_lens,
-                    const OptTensor& kv_block_counts, const OptTensor& token_request,
-                    const OptTensor& token_position, const OptTensor& slot_mapping,
-                    const OptTensor& index_slot_mapping, const OptTensor& totals,
-                    const OptTensor& error_flags, const at::Tensor& workspace,
-                    int64_t num_decode_requests, int64_t decode_query_len, int64_t block_size) {
-  const c10::OptionalDeviceGuard guard(query_lens.device());
-  run_op("batch_metadata",
-         batch_metadata_args(ViewFactory::real(), query_lens, seq_lens, block_table,
-                             index_block_table, query_start_loc, prefill_cu_seqlens_q,
-                             prefill_cu_seqlens_k, context_lens, kv_block_counts, token_request,
-                             token_position, slot_mapping, index_slot_mapping, totals, error_flags,
-                             num_decode_requests, decode_query_len, block_size),
-         workspace, query_lens.device());
-}
-
-int64_t batch_metadata_workspace_size(
-    const std::string& device, const at::Tensor& query_lens, const at::Tensor& seq_lens,
-    const at::Tensor& block_table, const OptTensor& index_block_table,
-    const OptTensor& query_start_loc, const OptTensor& prefill_cu_seqlens_q,
-    const OptTensor& prefill_cu_seqlens_k, const OptTensor& context_lens,
-    const OptTensor& kv_block_counts, const OptTensor& token_request,
-    const OptTensor& token_position, const OptTensor& slot_mapping,
-    const OptTensor& index_slot_mapping, const OptTensor& totals, const OptTensor& error_flags,
-    int64_t num_decode_requests, int64_t decode_query_len, int64_t block_size) {
-  const auto view = ViewFactory::shape_only(to_msa_device(c10::Device(device)));
-  return query_workspace_size(
-      "batch_metadata",
-      batch_metadata_args(view, query_lens, seq_lens, block_table, index_block_table,
-                          query_start_loc, prefill_cu_seqlens_q, prefill_cu_seqlens_k, context_lens,
-                          kv_block_counts, token_request, token_position, slot_mapping,
-                          index_slot_mapping, totals, error_flags, num_decode_requests,
-                          decode_query_len, block_size));
-}
+using AllOps = OpList<FusedQkNormRope, RopeCache, IndexTopkDecode, IndexTopkPrefill, SparsePage16,
+                      SparseAttentionDecode, SparseAttentionPrefill, DenseAttention, BatchMetadata>;
 
 }  // namespace
 }  // namespace msa_torch
 
-// Schemas: every op is an out variant returning nothing; each tensor it writes carries its own
-// alias set with "!" (the workspace included, as scratch). Keep the argument order in sync with
-// the Python wrappers in msa/_ops.py.
-TORCH_LIBRARY(msa, m) {
-  m.def(
-      "fused_qknorm_rope(Tensor(a!) qkv, Tensor positions, Tensor cos_sin_cache, "
-      "Tensor q_norm_weight, Tensor k_norm_weight, Tensor? index_q_norm_weight, "
-      "Tensor? index_k_norm_weight, Tensor? slot_mapping, Tensor(b!)? kv_cache, "
-      "Tensor? k_scale, Tensor? v_scale, Tensor? index_slot_mapping, Tensor(c!)? index_cache, "
-      "Tensor(d!)? q_out, Tensor(e!)? index_q_out, Tensor(f!)? error_flags, "
-      "Tensor(g!) workspace, int pre_attention_mode, int num_q_heads, int num_kv_heads, int "
-      "num_index_heads, "
-      "int rotary_dim, float eps) -> ()");
-  m.def("rope_cache(Tensor(a!) cos_sin_out, Tensor(b!) workspace, float theta) -> ()");
-  m.def(
-      "index_topk_decode(Tensor index_q, Tensor index_cache, Tensor block_table, "
-      "Tensor seq_lens, Tensor(a!) topk_out, Tensor(b!)? error_flags, Tensor(c!) workspace, "
-      "int query_len, int topk, int init_blocks, int local_blocks) -> ()");
-  m.def(
-      "index_topk_prefill(Tensor index_q, Tensor index_cache, Tensor block_table, "
-      "Tensor cu_seqlens_q, Tensor seq_lens, Tensor(a!) topk_out, Tensor(b!)? error_flags, "
-      "Tensor(c!) workspace, int topk, int init_blocks, int local_blocks) -> ()");
-  m.def(
-      "sparse_page16(Tensor topk, Tensor block_table, Tensor seq_lens, Tensor(a!) table_out, "
-      "Tensor(b!) context_lens_out, Tensor(c!)? error_flags, Tensor(d!) workspace, "
-      "int query_len, int page_stride, int block_size) -> ()");
-  m.def(
-      "sparse_attention_decode(Tensor q, Tensor kv_cache, Tensor? k_scale, Tensor? v_scale, "
-      "Tensor block_table, Tensor seq_lens, Tensor topk, Tensor(a!) out, Tensor(b!)? lse, "
-      "Tensor(c!)? error_flags, Tensor(d!) workspace, int query_len, float softmax_scale) -> ()");
-  m.def(
-      "sparse_attention_prefill(Tensor q, Tensor kv_cache, Tensor? k_scale, Tensor? v_scale, "
-      "Tensor block_table, Tensor cu_seqlens_q, Tensor seq_lens, Tensor topk, Tensor(a!) out, "
-      "Tensor(b!)? lse, Tensor(c!)? error_flags, Tensor(d!) workspace, float softmax_scale) "
-      "-> ()");
-  m.def(
-      "dense_attention(Tensor q, Tensor kv_cache, Tensor? k_scale, Tensor? v_scale, "
-      "Tensor block_table, Tensor cu_seqlens_q, Tensor seq_lens, Tensor(a!) out, "
-      "Tensor(b!)? lse, Tensor(c!)? error_flags, Tensor(d!) workspace, float softmax_scale) "
-      "-> ()");
-  m.def(
-      "batch_metadata(Tensor query_lens, Tensor seq_lens, Tensor block_table, "
-      "Tensor? index_block_table, Tensor(a!)? query_start_loc, "
-      "Tensor(b!)? prefill_cu_seqlens_q, Tensor(c!)? prefill_cu_seqlens_k, "
-      "Tensor(d!)? context_lens, Tensor(e!)? kv_block_counts, Tensor(f!)? token_request, "
-      "Tensor(g!)? token_position, Tensor(h!)? slot_mapping, Tensor(i!)? index_slot_mapping, "
-      "Tensor(j!)? totals, Tensor(k!)? error_flags, Tensor(l!) workspace, "
-      "int num_decode_requests, int decode_query_len, int block_size) -> ()");
-}
+STABLE_TORCH_LIBRARY(msa, m) { msa_torch::AllOps::define(m); }
 
 // One kernel per op serves both devices: msa dispatches on the tensors' device itself.
-#define MSA_REGISTER_KERNELS(m)                                             \
-  m.impl("fused_qknorm_rope", &msa_torch::fused_qknorm_rope);               \
-  m.impl("rope_cache", &msa_torch::rope_cache);                             \
-  m.impl("index_topk_decode", &msa_torch::index_topk_decode);               \
-  m.impl("index_topk_prefill", &msa_torch::index_topk_prefill);             \
-  m.impl("sparse_page16", &msa_torch::sparse_page16);                       \
-  m.impl("sparse_attention_decode", &msa_torch::sparse_attention_decode);   \
-  m.impl("sparse_attention_prefill", &msa_torch::sparse_attention_prefill); \
-  m.impl("dense_attention", &msa_torch::dense_attention);                   \
-  m.impl("batch_metadata", &msa_torch::batch_metadata)
+STABLE_TORCH_LIBRARY_IMPL(msa, CPU, m) { msa_torch::AllOps::impl_kernels(m); }
 
-TORCH_LIBRARY_IMPL(msa, CPU, m) { MSA_REGISTER_KERNELS(m); }
+STABLE_TORCH_LIBRARY_IMPL(msa, CUDA, m) { msa_torch::AllOps::impl_kernels(m); }
 
-TORCH_LIBRARY_IMPL(msa, CUDA, m) { MSA_REGISTER_KERNELS(m); }
-
-#undef MSA_REGISTER_KERNELS
-
-namespace {
-
-// The workspace-size functions are plain pybind11 functions, outside the dispatcher. They report
-// errors by value, (kind, message, bytes) with kind "" on success, and the Python side raises:
-// no C++ exception crosses the pybind11 boundary, so error handling does not depend on
-// exception translators shared with torch's own pybind11 module.
-template <typename... Args>
-auto size_by_value(int64_t (*fn)(Args...)) {
-  return [fn](Args... args) -> pybind11::tuple {
-    try {
-      return pybind11::make_tuple("", "", fn(std::forward<Args>(args)...));
-    } catch (const c10::ValueError& e) {
-      return pybind11::make_tuple("value", e.what_without_backtrace(), 0);
-    } catch (const c10::IndexError& e) {
-      return pybind11::make_tuple("index", e.what_without_backtrace(), 0);
-    } catch (const c10::NotImplementedError& e) {
-      return pybind11::make_tuple("not_implemented", e.what_without_backtrace(), 0);
-    } catch (const c10::Error& e) {
-      return pybind11::make_tuple("runtime", e.what_without_backtrace(), 0);
-    } catch (const std::exception& e) {
-      return pybind11::make_tuple("runtime", e.what(), 0);
-    }
-  };
+// Sizing reads only shapes, so it serves every backend, meta tensors included.
+STABLE_TORCH_LIBRARY_IMPL(msa, CompositeExplicitAutograd, m) {
+  msa_torch::AllOps::impl_workspace_sizes(m);
 }
 
-}  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "msa PyTorch extension: registers torch.ops.msa.* and sizes op workspaces";
-  m.def("version", &msa::version_string, "Version of the linked msa library");
-  m.def("built_with_cuda", &msa::built_with_cuda,
-        "True when the linked msa library has its CUDA backend");
-  m.def("fused_qknorm_rope_workspace_size",
-        size_by_value(&msa_torch::fused_qknorm_rope_workspace_size));
-  m.def("rope_cache_workspace_size", size_by_value(&msa_torch::rope_cache_workspace_size));
-  m.def("index_topk_decode_workspace_size",
-        size_by_value(&msa_torch::index_topk_decode_workspace_size));
-  m.def("index_topk_prefill_workspace_size",
-        size_by_value(&msa_torch::index_topk_prefill_workspace_size));
-  m.def("sparse_page16_workspace_size", size_by_value(&msa_torch::sparse_page16_workspace_size));
-  m.def("sparse_attention_decode_workspace_size",
-        size_by_value(&msa_torch::sparse_attention_decode_workspace_size));
-  m.def("sparse_attention_prefill_workspace_size",
-        size_by_value(&msa_torch::sparse_attention_prefill_workspace_size));
-  m.def("dense_attention_workspace_size",
-        size_by_value(&msa_torch::dense_attention_workspace_size));
-  m.def("batch_metadata_workspace_size", size_by_value(&msa_torch::batch_metadata_workspace_size));
+// The Python module msa._C (limited API, so one build serves every CPython >= 3.10): importing
+// it registers the ops above; it carries the library's build facts as constants.
+PyMODINIT_FUNC PyInit__C() {
+  static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C",
+                               "msa PyTorch extension: registers torch.ops.msa.*", -1, nullptr};
+  PyObject* m = PyModule_Create(&module);
+  if (m == nullptr) return nullptr;
+  if (PyModule_AddStringConstant(m, "VERSION", msa::version_string()) != 0 ||
+      PyModule_AddIntConstant(m, "BUILT_WITH_CUDA", msa::built_with_cuda() ? 1 : 0) != 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
 }

@@ -25,12 +25,12 @@ from ._ops import (
 )
 from .buffers import Capacities, StepBuffers, allocate_buffers, allocate_caches, workspace_bytes
 
-__version__ = _C.version()
+__version__ = _C.VERSION
 
 
 def built_with_cuda() -> bool:
     """True when the linked msa library has its CUDA backend."""
-    return bool(_C.built_with_cuda())
+    return bool(_C.BUILT_WITH_CUDA)
 
 
 __all__ = [

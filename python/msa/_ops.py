@@ -17,11 +17,12 @@ with the library's message naming the offending argument.
 from __future__ import annotations
 
 import enum
-from typing import Callable, Optional, Union
+import functools
+import inspect
+import re
+from typing import Callable, Optional, TypeVar, Union
 
 import torch
-
-from . import _C
 
 Tensor = torch.Tensor
 
@@ -43,29 +44,92 @@ def padded_workspace_bytes(nbytes: int) -> int:
     return nbytes + WORKSPACE_ALIGNMENT if nbytes > 0 else 0
 
 
-_SIZE_ERRORS = {
-    "value": ValueError,
-    "index": IndexError,
-    "not_implemented": NotImplementedError,
-    "runtime": RuntimeError,
+# Kernels and sizing ops raise RuntimeError("msa.<op>: <status code>: <message>"); the wrappers
+# raise the Python exception of the status code.
+_STATUS_ERRORS = {
+    "invalid_argument": ValueError,
+    "workspace_too_small": ValueError,
+    "out_of_range": IndexError,
+    "not_supported": NotImplementedError,
 }
+_STATUS_MESSAGE = re.compile(r"msa\.\w+: (\w+): ")
 
 
-def _size(size_fn: Callable[..., tuple], *args: object) -> int:
-    """Calls an ``_C.*_workspace_size`` function, which reports errors by value, and raises."""
-    kind, message, nbytes = size_fn(*args)
-    if kind:
-        raise _SIZE_ERRORS[kind](message)
-    return int(nbytes)
+def _raise_as_status(error: RuntimeError) -> None:
+    """Re-raises an op's RuntimeError as the exception of its status code (if it has one)."""
+    match = _STATUS_MESSAGE.search(str(error))
+    kind = _STATUS_ERRORS.get(match.group(1)) if match else None
+    if kind is None:
+        raise error
+    raise kind(str(error)[match.start():]) from None
 
 
-def _workspace(
-    workspace: Optional[Tensor], device: torch.device, size_fn: Callable[..., tuple], *args: object
-) -> Tensor:
-    if workspace is not None:
-        return workspace
-    nbytes = _size(size_fn, str(device), *args)
-    return torch.empty(padded_workspace_bytes(nbytes), dtype=torch.uint8, device=device)
+@functools.lru_cache(maxsize=None)
+def _argument_names(op: str) -> tuple[str, ...]:
+    """Argument names of ``torch.ops.msa.<op>`` in schema order (the one table, ops.cpp)."""
+    return tuple(a.name for a in getattr(torch.ops.msa, op).default._schema.arguments)
+
+
+def _size(op: str, device: str, *args: object) -> int:
+    """Workspace bytes ``torch.ops.msa.<op>_workspace_size`` reports for these arguments
+    (the op's, in schema order, less the workspace)."""
+    try:
+        return int(getattr(torch.ops.msa, f"{op}_workspace_size")(device, *args))
+    except RuntimeError as error:
+        _raise_as_status(error)
+        raise
+
+
+def _run(op: str, device: torch.device, arguments: dict[str, object]) -> None:
+    """Calls ``torch.ops.msa.<op>`` with a wrapper's keyword arguments (its ``locals()``),
+    sizing and allocating a workspace when ``arguments["workspace"]`` is None."""
+    names = _argument_names(op)
+    workspace = arguments["workspace"]
+    if workspace is None:
+        nbytes = _size(op, str(device), *(arguments[n] for n in names if n != "workspace"))
+        workspace = torch.empty(padded_workspace_bytes(nbytes), dtype=torch.uint8, device=device)
+    values = [workspace if n == "workspace" else arguments[n] for n in names]
+    try:
+        getattr(torch.ops.msa, op)(*values)
+    except RuntimeError as error:
+        _raise_as_status(error)
+        raise
+
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def mirrors(wrapper: Callable[..., object]) -> Callable[[F], F]:
+    """Decorates a reference function of an op (msa.reference) so that it shares the op
+    wrapper's signature: each of its parameters the wrapper also has is declared without a
+    default and gets the wrapper's; parameters of its own keep theirs. A default repeated in
+    the reference raises TypeError at import."""
+
+    wrapper_params = inspect.signature(wrapper).parameters
+
+    def decorate(fn: F) -> F:
+        signature = inspect.signature(fn)
+        params = []
+        for name, p in signature.parameters.items():
+            if name not in wrapper_params:
+                params.append(p)
+                continue
+            if p.default is not p.empty:
+                raise TypeError(f"{fn.__module__}.{fn.__name__}: the default of {name} is the "
+                                f"wrapper's (msa.{wrapper.__name__}); do not repeat it")
+            params.append(p.replace(default=wrapper_params[name].default))
+        merged = signature.replace(parameters=params)
+
+        @functools.wraps(fn)
+        def call(**kwargs: object) -> object:
+            bound = merged.bind(**kwargs)
+            bound.apply_defaults()
+            return fn(**bound.arguments)
+
+        call.__signature__ = merged  # type: ignore[attr-defined]
+        return call  # type: ignore[return-value]
+
+    return decorate
 
 
 def _mode(mode: Union[PreAttentionMode, str, int]) -> int:
@@ -129,20 +193,15 @@ def fused_qknorm_rope(
         k_scale, v_scale: float32 fp8 scales, [] / [1] (per layer) or
             [Hkv, num_blocks * bs] (per token and head); stored = e4m3(x / scale).
         index_slot_mapping: [T] int64 or int32 (defaults to slot_mapping).
-        index_cache: [num_blocks, bs, Di] bfloat16 or float8_e4m3fn (no scale). Modified.
+        index_cache: [num_blocks, bs, Di] bfloat16 or float8_e4m3fn (no scale). Modified in
+            sparse mode; accepted and left untouched in skip_index mode (dense: not allowed).
         q_out: [T, Hq, D] or [T, Hq * D], qkv's dtype. Written.
         index_q_out: [T, H_idx, Di] or [T, H_idx * Di], bfloat16 or float8_e4m3fn. Written.
         error_flags: [1] int32; device-side range errors OR bits into it (msa DeviceError).
         workspace: uint8 scratch on qkv's device, or None to allocate one.
     """
-    args = (
-        qkv, positions, cos_sin_cache, q_norm_weight, k_norm_weight, index_q_norm_weight,
-        index_k_norm_weight, slot_mapping, kv_cache, k_scale, v_scale, index_slot_mapping,
-        index_cache, q_out, index_q_out, error_flags,
-    )
-    scalars = (_mode(mode), num_q_heads, num_kv_heads, num_index_heads, rotary_dim, eps)
-    ws = _workspace(workspace, qkv.device, _C.fused_qknorm_rope_workspace_size, *args, *scalars)
-    torch.ops.msa.fused_qknorm_rope(*args, ws, *scalars)
+    pre_attention_mode = _mode(mode)
+    _run("fused_qknorm_rope", qkv.device, locals())
 
 
 def rope_cache(
@@ -157,9 +216,7 @@ def rope_cache(
         theta: RoPE base (MiniMax-M3: 5e6).
         workspace: uint8 scratch on the table's device, or None to allocate one.
     """
-    ws = _workspace(workspace, cos_sin_out.device, _C.rope_cache_workspace_size, cos_sin_out,
-                    theta)
-    torch.ops.msa.rope_cache(cos_sin_out, ws, theta)
+    _run("rope_cache", cos_sin_out.device, locals())
 
 
 def make_rope_cache(
@@ -207,11 +264,7 @@ def index_topk_decode(
         error_flags: [1] int32, optional.
         workspace: uint8 scratch, or None to allocate one.
     """
-    args = (index_q, index_cache, block_table, seq_lens, topk_out, error_flags)
-    scalars = (query_len, topk, init_blocks, local_blocks)
-    ws = _workspace(workspace, index_q.device, _C.index_topk_decode_workspace_size, *args,
-                    *scalars)
-    torch.ops.msa.index_topk_decode(*args, ws, *scalars)
+    _run("index_topk_decode", index_q.device, locals())
 
 
 def index_topk_prefill(
@@ -243,11 +296,7 @@ def index_topk_prefill(
             prefill rows follow the decode rows in the shared buffer.
         topk, init_blocks, local_blocks, error_flags, workspace: as ``index_topk_decode``.
     """
-    args = (index_q, index_cache, block_table, cu_seqlens_q, seq_lens, topk_out, error_flags)
-    scalars = (topk, init_blocks, local_blocks)
-    ws = _workspace(workspace, index_q.device, _C.index_topk_prefill_workspace_size, *args,
-                    *scalars)
-    torch.ops.msa.index_topk_prefill(*args, ws, *scalars)
+    _run("index_topk_prefill", index_q.device, locals())
 
 
 def sparse_page16(
@@ -280,10 +329,7 @@ def sparse_page16(
         block_size: tokens per block, a multiple of 16.
         error_flags, workspace: as above.
     """
-    args = (topk, block_table, seq_lens, table_out, context_lens_out, error_flags)
-    scalars = (query_len, page_stride, block_size)
-    ws = _workspace(workspace, topk.device, _C.sparse_page16_workspace_size, *args, *scalars)
-    torch.ops.msa.sparse_page16(*args, ws, *scalars)
+    _run("sparse_page16", topk.device, locals())
 
 
 def sparse_attention_decode(
@@ -321,11 +367,7 @@ def sparse_attention_decode(
         lse: [T, Hq] float32, natural-log log-sum-exp. Written when given.
         error_flags, workspace: as above.
     """
-    args = (q, kv_cache, k_scale, v_scale, block_table, seq_lens, topk, out, lse, error_flags)
-    scalars = (query_len, softmax_scale)
-    ws = _workspace(workspace, q.device, _C.sparse_attention_decode_workspace_size, *args,
-                    *scalars)
-    torch.ops.msa.sparse_attention_decode(*args, ws, *scalars)
+    _run("sparse_attention_decode", q.device, locals())
 
 
 def sparse_attention_prefill(
@@ -356,11 +398,7 @@ def sparse_attention_prefill(
         out: [T, Hq, D]. Written.
         softmax_scale, k_scale, v_scale, lse, error_flags, workspace: as the decode form.
     """
-    args = (q, kv_cache, k_scale, v_scale, block_table, cu_seqlens_q, seq_lens, topk, out, lse,
-            error_flags)
-    ws = _workspace(workspace, q.device, _C.sparse_attention_prefill_workspace_size, *args,
-                    softmax_scale)
-    torch.ops.msa.sparse_attention_prefill(*args, ws, softmax_scale)
+    _run("sparse_attention_prefill", q.device, locals())
 
 
 def dense_attention(
@@ -387,11 +425,7 @@ def dense_attention(
             ``sparse_attention_prefill``. softmax_scale, k_scale, v_scale, error_flags,
             workspace: as above.
     """
-    args = (q, kv_cache, k_scale, v_scale, block_table, cu_seqlens_q, seq_lens, out, lse,
-            error_flags)
-    ws = _workspace(workspace, q.device, _C.dense_attention_workspace_size, *args,
-                    softmax_scale)
-    torch.ops.msa.dense_attention(*args, ws, softmax_scale)
+    _run("dense_attention", q.device, locals())
 
 
 def batch_metadata(
@@ -439,15 +473,8 @@ def batch_metadata(
         token_position: [max_tokens] int32. Written.
         slot_mapping: [max_tokens] int64. Written.
         index_slot_mapping: [max_tokens] int64 (needs index_block_table). Written.
-        totals: [4] int32: num_decode_tokens, num_prefill_tokens, num_tokens, total_kv_blocks.
+        totals: [4] int32: num_decode_tokens, num_prefill_tokens, num_tokens, total_kv_blocks
+            (ceil(seq_len / block_size) summed over the prefill requests).
         error_flags, workspace: as above.
     """
-    args = (
-        query_lens, seq_lens, block_table, index_block_table, query_start_loc,
-        prefill_cu_seqlens_q, prefill_cu_seqlens_k, context_lens, kv_block_counts, token_request,
-        token_position, slot_mapping, index_slot_mapping, totals, error_flags,
-    )
-    scalars = (num_decode_requests, decode_query_len, block_size)
-    ws = _workspace(workspace, query_lens.device, _C.batch_metadata_workspace_size, *args,
-                    *scalars)
-    torch.ops.msa.batch_metadata(*args, ws, *scalars)
+    _run("batch_metadata", query_lens.device, locals())

@@ -10,7 +10,6 @@ from typing import Optional, Union
 
 import torch
 
-from . import _C
 from ._ops import PreAttentionMode, _size, padded_workspace_bytes
 
 Tensor = torch.Tensor
@@ -161,39 +160,39 @@ def workspace_bytes(
     index_norm_w = _meta(di, dtype=torch.float32)
     sizes = [
         _size(
-            _C.fused_qknorm_rope_workspace_size,
+            "fused_qknorm_rope",
             dev, _meta(t, c.qkv_width, dtype=dtype), _meta(t, dtype=i64),
             _meta(c.max_context, c.rotary_dim, dtype=torch.float32), norm_w, norm_w,
             index_norm_w, index_norm_w, _meta(t, dtype=i64), kv_cache, *scales,
             _meta(t, dtype=i64), index_cache, q, index_q, flags, int(PreAttentionMode.SPARSE),
             hq, hkv, hi, c.rotary_dim, 1e-6),
         _size(
-            _C.index_topk_decode_workspace_size,
+            "index_topk_decode",
             dev, _meta(td, hi, di, dtype=index_dtype), index_cache, _meta(rd, mb, dtype=i32),
             _meta(rd, dtype=i32), topk, flags, dl, c.topk, 0, 1),
         _size(
-            _C.index_topk_prefill_workspace_size,
+            "index_topk_prefill",
             dev, index_q, index_cache, table, cu, seq_lens, topk, flags, c.topk, 0, 1),
         _size(
-            _C.sparse_page16_workspace_size,
+            "sparse_page16",
             dev, _meta(hkv, td, c.topk, dtype=i32), _meta(rd, mb, dtype=i32),
             _meta(rd, dtype=i32), _meta(td * hkv, c.topk * c.block_size // 16, dtype=i32),
             _meta(td * hkv, dtype=i32), flags, dl, 8, c.block_size),
         _size(
-            _C.sparse_attention_decode_workspace_size,
+            "sparse_attention_decode",
             dev, _meta(td, hq, d, dtype=dtype), kv_cache, *scales, _meta(rd, mb, dtype=i32),
             _meta(rd, dtype=i32), _meta(hkv, td, c.topk, dtype=i32),
             _meta(td, hq, d, dtype=out_dtype), _meta(td, hq, dtype=torch.float32), flags, dl,
             0.0),
         _size(
-            _C.sparse_attention_prefill_workspace_size,
+            "sparse_attention_prefill",
             dev, q, kv_cache, *scales, table, cu, seq_lens, _meta(hkv, t, c.topk, dtype=i32),
             out, lse, flags, 0.0),
         _size(
-            _C.dense_attention_workspace_size,
+            "dense_attention",
             dev, q, kv_cache, *scales, table, cu, seq_lens, out, lse, flags, 0.0),
         _size(
-            _C.batch_metadata_workspace_size,
+            "batch_metadata",
             dev, seq_lens, seq_lens, table, table, cu, cu, cu, seq_lens, seq_lens,
             _meta(t, dtype=i32), _meta(t, dtype=i32), _meta(t, dtype=i64), _meta(t, dtype=i64),
             _meta(4, dtype=i32), flags, 0, dl, c.block_size),

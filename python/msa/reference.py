@@ -2,7 +2,9 @@
 
 Math is float64 unless noted; tensors are ordinary (CPU or CUDA) torch tensors. The in-place
 ops of the library are mirrored by functions that modify clones and return them, so a test can
-compare the library's buffers with the reference's.
+compare the library's buffers with the reference's. Each mirror takes the op wrapper's keyword
+arguments (less its outputs, error flags and workspace) with the wrapper's defaults:
+``@mirrors`` takes them from the wrapper, so they are defined once, in msa/_ops.py.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ import math
 from typing import Optional
 
 import torch
+
+from . import _ops
+from ._ops import mirrors
 
 Tensor = torch.Tensor
 
@@ -112,6 +117,7 @@ class PreAttentionResult:
     index_q_out: Optional[Tensor]
 
 
+@mirrors(_ops.fused_qknorm_rope)
 def fused_qknorm_rope(
     *,
     qkv: Tensor,
@@ -121,20 +127,20 @@ def fused_qknorm_rope(
     k_norm_weight: Tensor,
     num_q_heads: int,
     num_kv_heads: int,
-    mode: str = "sparse",
-    num_index_heads: int = 0,
-    rotary_dim: int = 64,
-    eps: float = 1e-6,
-    index_q_norm_weight: Optional[Tensor] = None,
-    index_k_norm_weight: Optional[Tensor] = None,
-    slot_mapping: Optional[Tensor] = None,
-    kv_cache: Optional[Tensor] = None,
-    k_scale: Optional[Tensor] = None,
-    v_scale: Optional[Tensor] = None,
-    index_slot_mapping: Optional[Tensor] = None,
-    index_cache: Optional[Tensor] = None,
-    q_out: Optional[Tensor] = None,
-    index_q_out: Optional[Tensor] = None,
+    mode: object,
+    num_index_heads: int,
+    rotary_dim: int,
+    eps: float,
+    index_q_norm_weight: Optional[Tensor],
+    index_k_norm_weight: Optional[Tensor],
+    slot_mapping: Optional[Tensor],
+    kv_cache: Optional[Tensor],
+    k_scale: Optional[Tensor],
+    v_scale: Optional[Tensor],
+    index_slot_mapping: Optional[Tensor],
+    index_cache: Optional[Tensor],
+    q_out: Optional[Tensor],
+    index_q_out: Optional[Tensor],
 ) -> PreAttentionResult:
     """Reference of ``msa.fused_qknorm_rope``: same arguments, returns modified clones.
 
@@ -307,10 +313,10 @@ def index_topk(
     return out
 
 
+@mirrors(_ops.index_topk_decode)
 def index_topk_decode(
     *, index_q: Tensor, index_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
-    query_len: int = 1, topk: int = 16, capacity: int = 16, init_blocks: int = 0,
-    local_blocks: int = 1,
+    query_len: int, topk: int, init_blocks: int, local_blocks: int, capacity: int = 16,
 ) -> Tensor:
     """Reference of ``msa.index_topk_decode``: the [H_idx, T, capacity] rows it writes."""
     rows = decode_rows(seq_lens, query_len)
@@ -318,10 +324,10 @@ def index_topk_decode(
                       capacity=capacity, init_blocks=init_blocks, local_blocks=local_blocks)
 
 
+@mirrors(_ops.index_topk_prefill)
 def index_topk_prefill(
     *, index_q: Tensor, index_cache: Tensor, block_table: Tensor, cu_seqlens_q: Tensor,
-    seq_lens: Tensor, topk: int = 16, capacity: int = 16, init_blocks: int = 0,
-    local_blocks: int = 1,
+    seq_lens: Tensor, topk: int, init_blocks: int, local_blocks: int, capacity: int = 16,
 ) -> Tensor:
     """Reference of ``msa.index_topk_prefill``: the [H_idx, T, capacity] rows it writes."""
     rows = prefill_rows(cu_seqlens_q, seq_lens, index_q.shape[0])
@@ -380,10 +386,10 @@ def attention(
     return out, lse
 
 
+@mirrors(_ops.sparse_attention_decode)
 def sparse_attention_decode(
     *, q: Tensor, kv_cache: Tensor, block_table: Tensor, seq_lens: Tensor, topk: Tensor,
-    query_len: int = 1, softmax_scale: float = 0.0, k_scale: Optional[Tensor] = None,
-    v_scale: Optional[Tensor] = None,
+    query_len: int, softmax_scale: float, k_scale: Optional[Tensor], v_scale: Optional[Tensor],
 ) -> tuple[Tensor, Tensor]:
     """Reference of ``msa.sparse_attention_decode``: (out, lse) in float64."""
     rows = decode_rows(seq_lens, query_len)
@@ -391,10 +397,11 @@ def sparse_attention_decode(
                      softmax_scale=softmax_scale, k_scale=k_scale, v_scale=v_scale)
 
 
+@mirrors(_ops.sparse_attention_prefill)
 def sparse_attention_prefill(
     *, q: Tensor, kv_cache: Tensor, block_table: Tensor, cu_seqlens_q: Tensor,
-    seq_lens: Tensor, topk: Tensor, softmax_scale: float = 0.0,
-    k_scale: Optional[Tensor] = None, v_scale: Optional[Tensor] = None,
+    seq_lens: Tensor, topk: Tensor, softmax_scale: float, k_scale: Optional[Tensor],
+    v_scale: Optional[Tensor],
 ) -> tuple[Tensor, Tensor]:
     """Reference of ``msa.sparse_attention_prefill``: (out, lse) in float64."""
     rows = prefill_rows(cu_seqlens_q, seq_lens, q.shape[0])
@@ -402,10 +409,11 @@ def sparse_attention_prefill(
                      softmax_scale=softmax_scale, k_scale=k_scale, v_scale=v_scale)
 
 
+@mirrors(_ops.dense_attention)
 def dense_attention(
     *, q: Tensor, kv_cache: Tensor, block_table: Tensor, cu_seqlens_q: Tensor,
-    seq_lens: Tensor, softmax_scale: float = 0.0, k_scale: Optional[Tensor] = None,
-    v_scale: Optional[Tensor] = None,
+    seq_lens: Tensor, softmax_scale: float, k_scale: Optional[Tensor],
+    v_scale: Optional[Tensor],
 ) -> tuple[Tensor, Tensor]:
     """Reference of ``msa.dense_attention``: (out, lse) in float64."""
     rows = prefill_rows(cu_seqlens_q, seq_lens, q.shape[0])
@@ -416,9 +424,10 @@ def dense_attention(
 # ---- page-16 sparse table (A10) ------------------------------------------------------------
 
 
+@mirrors(_ops.sparse_page16)
 def sparse_page16(
-    *, topk: Tensor, block_table: Tensor, seq_lens: Tensor, query_len: int = 1,
-    page_stride: int = 8, block_size: int = 128,
+    *, topk: Tensor, block_table: Tensor, seq_lens: Tensor, query_len: int, page_stride: int,
+    block_size: int,
 ) -> tuple[Tensor, Tensor]:
     """Reference of ``msa.sparse_page16``: (table [T * Hkv, K * bs / 16], context_lens
     [T * Hkv]) int32."""
@@ -461,13 +470,14 @@ class BatchMetadata:
     token_position: Tensor  # [max_tokens]
     slot_mapping: Tensor  # [max_tokens] int64
     index_slot_mapping: Optional[Tensor]  # [max_tokens] int64
-    totals: Tensor  # [4]: decode tokens, prefill tokens, tokens, kv blocks
+    totals: Tensor  # [4]: decode tokens, prefill tokens, tokens, prefill requests' kv blocks
 
 
+@mirrors(_ops.batch_metadata)
 def batch_metadata(
     *, query_lens: Tensor, seq_lens: Tensor, block_table: Tensor, num_decode_requests: int,
-    decode_query_len: int = 1, block_size: int = 128, max_tokens: int,
-    index_block_table: Optional[Tensor] = None,
+    decode_query_len: int, block_size: int, max_tokens: int,
+    index_block_table: Optional[Tensor],
 ) -> BatchMetadata:
     """Reference of ``msa.batch_metadata`` with per-token outputs of length max_tokens."""
     q_lens, s_lens = query_lens.tolist(), seq_lens.tolist()
@@ -509,7 +519,7 @@ def batch_metadata(
             torch.tensor(index_slots, dtype=torch.int64) if index_block_table is not None else None
         ),
         totals=torch.tensor(
-            [nd * dl, sum(q_lens[nd:]), nd * dl + sum(q_lens[nd:]), sum(blocks)], dtype=i32
+            [nd * dl, sum(q_lens[nd:]), nd * dl + sum(q_lens[nd:]), sum(blocks[nd:])], dtype=i32
         ),
     )
 

@@ -35,6 +35,8 @@ Status check_common(const detail::AttentionProblem& a) {
                    detail::shape_string(a.kv.k));
   }
   MSA_RETURN_IF_ERROR(detail::require_dim(a.q, "q", 2, d, "the cache head_dim"));
+  int64_t heads = 0;  // (row, q head) pairs
+  MSA_RETURN_IF_ERROR(detail::checked_mul(a.q.shape[0], hq, "q: T * num_q_heads", &heads));
   if (hkv <= 0 || hq <= 0 || hq % hkv != 0) {
     return invalid("q: shape[1] (num_q_heads) is " + std::to_string(hq) +
                    ", expected a positive multiple of the cache's num_kv_heads " +
@@ -88,7 +90,10 @@ Status check_cu_seqlens(const TensorView& cu, int64_t num_requests, const Device
   MSA_RETURN_IF_ERROR(detail::require_ndim(cu, "cu_seqlens_q", 1));
   MSA_RETURN_IF_ERROR(detail::require_dtype(cu, "cu_seqlens_q", {DType::kI32}));
   MSA_RETURN_IF_ERROR(detail::require_device(cu, "cu_seqlens_q", device));
-  return detail::require_dim(cu, "cu_seqlens_q", 0, num_requests + 1, "num_requests + 1");
+  int64_t entries = 0;
+  MSA_RETURN_IF_ERROR(
+      detail::checked_add(num_requests, 1, "block_table: num_requests + 1", &entries));
+  return detail::require_dim(cu, "cu_seqlens_q", 0, entries, "num_requests + 1");
 }
 
 }  // namespace
@@ -98,9 +103,11 @@ Status check(const SparseAttentionDecodeArgs& args) {
   if (args.query_len < 1 || args.query_len > 8) {
     return invalid("query_len: is " + std::to_string(args.query_len) + ", expected 1..8");
   }
-  const int64_t num_requests = args.block_table.shape[0];
-  MSA_RETURN_IF_ERROR(detail::require_dim(args.q, "q", 0, num_requests * args.query_len,
-                                          "T = num_requests * query_len"));
+  int64_t num_rows = 0;
+  MSA_RETURN_IF_ERROR(detail::checked_mul(args.block_table.shape[0], args.query_len,
+                                          "block_table: num_requests * query_len", &num_rows));
+  MSA_RETURN_IF_ERROR(
+      detail::require_dim(args.q, "q", 0, num_rows, "T = num_requests * query_len"));
   return check_topk(args.topk, args.kv_cache.num_kv_heads(), args.q.shape[0], args.q.device);
 }
 

@@ -15,8 +15,9 @@ enum class AttentionForm { kDecode, kPrefill, kDense };
 
 struct AttentionProblem {
   AttentionForm form = AttentionForm::kDense;
-  int query_len = 0;           // decode rows per request; 0 for the other forms
-  float softmax_scale = 0.0f;  // as given: 0 selects head_dim^-0.5 (scale())
+  int query_len = 0;             // decode rows per request; 0 for the other forms
+  float softmax_scale = 0.0f;    // as given: 0 selects head_dim^-0.5 (scale())
+  bool batch_invariant = false;  // plans depend on a row's shapes only, not on the batch
   TensorView q;
   KvCacheView kv;
   TensorView block_table, seq_lens, cu_seqlens_q, topk, out, lse, error_flags;
@@ -43,6 +44,7 @@ inline AttentionProblem attention_problem(const SparseAttentionDecodeArgs& a) {
   pb.form = AttentionForm::kDecode;
   pb.query_len = a.query_len;
   pb.softmax_scale = a.softmax_scale;
+  pb.batch_invariant = a.batch_invariant;
   pb.q = a.q;
   pb.kv = a.kv_cache;
   pb.block_table = a.block_table;
@@ -58,6 +60,7 @@ inline AttentionProblem attention_problem(const SparseAttentionPrefillArgs& a) {
   AttentionProblem pb;
   pb.form = AttentionForm::kPrefill;
   pb.softmax_scale = a.softmax_scale;
+  pb.batch_invariant = a.batch_invariant;
   pb.q = a.q;
   pb.kv = a.kv_cache;
   pb.block_table = a.block_table;
@@ -74,6 +77,7 @@ inline AttentionProblem attention_problem(const DenseAttentionArgs& a) {
   AttentionProblem pb;
   pb.form = AttentionForm::kDense;
   pb.softmax_scale = a.softmax_scale;
+  pb.batch_invariant = a.batch_invariant;
   pb.q = a.q;
   pb.kv = a.kv_cache;
   pb.block_table = a.block_table;

@@ -269,9 +269,16 @@ Status rank_shape(const ModelConfig& cfg, int tp_size, RankShape* out) {
   r.head_dim = cfg.head_dim;
   r.index_dim = cfg.sparse_index_dim;
   // [q | k | v | index_q | index_k] per token (spec B1); the index parts use index_dim, which
-  // equals head_dim in MiniMax-M3.
-  r.fused_row_width =
-      (r.num_q_heads + 2 * r.num_kv_heads) * r.head_dim + (r.num_index_heads + 1) * r.index_dim;
+  // equals head_dim in MiniMax-M3. Computed in int64: the row must fit an int.
+  const int64_t width = (int64_t{r.num_q_heads} + 2 * int64_t{r.num_kv_heads}) * r.head_dim +
+                        (int64_t{r.num_index_heads} + 1) * r.index_dim;
+  if (width > std::numeric_limits<int>::max()) {
+    return invalid(
+        "config: the fused row of a rank, (num_q_heads + 2 num_kv_heads) * head_dim + "
+        "(index heads + 1) * sparse_index_dim = " +
+        std::to_string(width) + " elements at tp " + tp + ", exceeds 2^31 - 1");
+  }
+  r.fused_row_width = static_cast<int>(width);
   *out = r;
   return Status::Ok();
 }

@@ -61,7 +61,10 @@ Status check_head_output(const TensorView& t, const char* name, int64_t tokens, 
   } else {
     MSA_RETURN_IF_ERROR(require_ndim(t, name, 2));
     MSA_RETURN_IF_ERROR(require_dim(t, name, 0, tokens, "the token count T"));
-    MSA_RETURN_IF_ERROR(require_dim(t, name, 1, heads * dim, "heads * head dim"));
+    int64_t width = 0;
+    MSA_RETURN_IF_ERROR(
+        detail::checked_mul(heads, dim, std::string(name) + ": heads * head dim", &width));
+    MSA_RETURN_IF_ERROR(require_dim(t, name, 1, width, "heads * head dim"));
   }
   MSA_RETURN_IF_ERROR(require_unit_last_stride(t, name));
   return require_device(t, name, device);
@@ -130,8 +133,16 @@ Status check(const FusedQkNormRopeArgs& args) {
                                      "index_dim (index_q_norm_weight.shape[0])", act, device));
   }
 
-  const int64_t base_width = (args.num_q_heads + 2LL * args.num_kv_heads) * head_dim;
-  const int64_t full_width = base_width + (args.num_index_heads + 1LL) * index_dim;
+  int64_t base_width = 0, index_width = 0, full_width = 0;
+  MSA_RETURN_IF_ERROR(detail::checked_mul(args.num_q_heads + 2LL * args.num_kv_heads, head_dim,
+                                          "q_norm_weight: (num_q_heads + 2 num_kv_heads) * "
+                                          "head_dim",
+                                          &base_width));
+  MSA_RETURN_IF_ERROR(detail::checked_mul(args.num_index_heads + 1LL, index_dim,
+                                          "index_q_norm_weight: (num_index_heads + 1) * index_dim",
+                                          &index_width));
+  MSA_RETURN_IF_ERROR(
+      detail::checked_add(base_width, index_width, "qkv: the sparse row width", &full_width));
   const int64_t width = args.qkv.shape[1];
   if (mode == PreAttentionMode::kDense) {
     const bool full_ok = args.num_index_heads >= 1 && width == full_width;
@@ -181,11 +192,14 @@ Status check(const FusedQkNormRopeArgs& args) {
     MSA_RETURN_IF_ERROR(require_dim(args.kv_cache.k, "kv_cache.k", 3, head_dim, "head_dim"));
   }
 
-  // Index outputs exist only in sparse mode; elsewhere they would be silently ignored.
-  if (!sparse) {
-    if (args.index_q_out.defined()) {
-      return invalid("index_q_out: given" + in_mode + ", where the index branch is off");
-    }
+  // index_q_out exists only in sparse mode; elsewhere it would be silently ignored. A
+  // skip-index layer's engine passes the layer's index cache (and its slots) through: spec A11
+  // only requires that it is not written, so it is accepted, checked and left untouched. Dense
+  // layers have no index cache.
+  if (!sparse && args.index_q_out.defined()) {
+    return invalid("index_q_out: given" + in_mode + ", where the index branch is off");
+  }
+  if (mode == PreAttentionMode::kDense) {
     if (args.index_cache.defined()) {
       return invalid("index_cache: given" + in_mode + ", where the index branch is off");
     }
@@ -203,10 +217,13 @@ Status check(const FusedQkNormRopeArgs& args) {
         require_dtype(args.index_cache, "index_cache", {DType::kBF16, DType::kE4M3}));
     MSA_RETURN_IF_ERROR(require_unit_last_stride(args.index_cache, "index_cache"));
     MSA_RETURN_IF_ERROR(require_device(args.index_cache, "index_cache", device));
+    int64_t slots = 0;
+    MSA_RETURN_IF_ERROR(detail::checked_mul(args.index_cache.shape[0], args.index_cache.shape[1],
+                                            "index_cache: num_blocks * block_size", &slots));
     if (args.index_slot_mapping.defined()) {
       MSA_RETURN_IF_ERROR(
           check_row_vector(args.index_slot_mapping, "index_slot_mapping", tokens, device));
-    } else if (!args.slot_mapping.defined()) {
+    } else if (sparse && !args.slot_mapping.defined()) {
       return invalid(
           "index_slot_mapping: missing, and no slot_mapping to fall back on, while "
           "index_cache is given");

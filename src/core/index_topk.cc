@@ -20,6 +20,9 @@ Status check_common(const IndexTopkParams& params, const TensorView& index_q,
   MSA_RETURN_IF_ERROR(detail::require_dtype(index_q, "index_q", {DType::kBF16, DType::kE4M3}));
   MSA_RETURN_IF_ERROR(detail::require_unit_last_stride(index_q, "index_q"));
   const Device device = index_q.device;
+  int64_t items = 0;  // (row, head) pairs
+  MSA_RETURN_IF_ERROR(
+      detail::checked_mul(index_q.shape[0], index_q.shape[1], "index_q: T * H_idx", &items));
 
   MSA_RETURN_IF_ERROR(detail::require_ndim(index_cache, "index_cache", 3));
   MSA_RETURN_IF_ERROR(
@@ -29,6 +32,9 @@ Status check_common(const IndexTopkParams& params, const TensorView& index_q,
   MSA_RETURN_IF_ERROR(
       detail::require_dim(index_cache, "index_cache", 2, index_q.shape[2], "index_q head dim"));
   MSA_RETURN_IF_ERROR(detail::require_dim_at_least(index_cache, "index_cache", 1, 1, "block_size"));
+  int64_t slots = 0;
+  MSA_RETURN_IF_ERROR(detail::checked_mul(index_cache.shape[0], index_cache.shape[1],
+                                          "index_cache: num_blocks * block_size", &slots));
 
   MSA_RETURN_IF_ERROR(detail::require_ndim(seq_lens, "seq_lens", 1));
   MSA_RETURN_IF_ERROR(detail::require_dtype(seq_lens, "seq_lens", {DType::kI32}));
@@ -74,8 +80,10 @@ Status check(const IndexTopkDecodeArgs& args) {
     return invalid("query_len: " + std::to_string(args.query_len) +
                    ", expected 1..8 (1 + speculative tokens)");
   }
-  return detail::require_dim(args.index_q, "index_q", 0, args.seq_lens.shape[0] * args.query_len,
-                             "num_requests * query_len");
+  int64_t num_rows = 0;
+  MSA_RETURN_IF_ERROR(detail::checked_mul(args.seq_lens.shape[0], args.query_len,
+                                          "seq_lens: num_requests * query_len", &num_rows));
+  return detail::require_dim(args.index_q, "index_q", 0, num_rows, "num_requests * query_len");
 }
 
 Status workspace_size(const IndexTopkDecodeArgs& args, size_t* bytes) {
@@ -95,8 +103,10 @@ Status check(const IndexTopkPrefillArgs& args) {
   MSA_RETURN_IF_ERROR(detail::require_dtype(args.cu_seqlens_q, "cu_seqlens_q", {DType::kI32}));
   MSA_RETURN_IF_ERROR(
       detail::require_device(args.cu_seqlens_q, "cu_seqlens_q", args.index_q.device));
-  return detail::require_dim(args.cu_seqlens_q, "cu_seqlens_q", 0, args.seq_lens.shape[0] + 1,
-                             "num_requests + 1");
+  int64_t entries = 0;
+  MSA_RETURN_IF_ERROR(
+      detail::checked_add(args.seq_lens.shape[0], 1, "seq_lens: num_requests + 1", &entries));
+  return detail::require_dim(args.cu_seqlens_q, "cu_seqlens_q", 0, entries, "num_requests + 1");
 }
 
 Status workspace_size(const IndexTopkPrefillArgs& args, size_t* bytes) {

@@ -12,6 +12,7 @@ namespace detail {
 struct IndexTopkProblem {
   IndexTopkParams params;
   int query_len = 0;
+  bool batch_invariant = false;
   TensorView index_q, index_cache, block_table, seq_lens, cu_seqlens_q, topk_out, error_flags;
 
   int64_t num_rows() const { return index_q.shape[0]; }
@@ -27,6 +28,7 @@ inline IndexTopkProblem index_topk_problem(const IndexTopkDecodeArgs& a) {
   IndexTopkProblem pb;
   pb.params = a.params;
   pb.query_len = a.query_len;
+  pb.batch_invariant = a.batch_invariant;
   pb.index_q = a.index_q;
   pb.index_cache = a.index_cache;
   pb.block_table = a.block_table;
@@ -39,6 +41,7 @@ inline IndexTopkProblem index_topk_problem(const IndexTopkDecodeArgs& a) {
 inline IndexTopkProblem index_topk_problem(const IndexTopkPrefillArgs& a) {
   IndexTopkProblem pb;
   pb.params = a.params;
+  pb.batch_invariant = a.batch_invariant;
   pb.index_q = a.index_q;
   pb.index_cache = a.index_cache;
   pb.block_table = a.block_table;

@@ -355,6 +355,24 @@ inline AttnLaunchPlan plan_attention_launch(int64_t rows, int64_t head_groups, i
   return p;
 }
 
+// Batch-invariant calls: every row's subtile list is cut into pieces of kAttnInvariantSplit
+// subtiles (4 blocks of 128 keys; more where the list would need over kAttnMaxSplits pieces),
+// merged by the merge kernel, whatever the batch: a row's pieces depend on the top-k width only.
+constexpr int64_t kAttnInvariantSplit = 32;
+inline AttnLaunchPlan plan_attention_invariant(int64_t rows, int64_t max_subtiles) {
+  AttnLaunchPlan p;
+  p.rows = rows;
+  int64_t per = kAttnInvariantSplit;
+  if (max_subtiles > per * kAttnMaxSplits) {
+    per = (max_subtiles + kAttnMaxSplits - 1) / kAttnMaxSplits;
+    per = (per + kAttnWarpsPerCta - 1) / kAttnWarpsPerCta * kAttnWarpsPerCta;
+  }
+  p.subtiles_per_split = per;
+  p.splits = std::max<int64_t>((max_subtiles + per - 1) / per, 1);
+  if (p.splits == 1) p.subtiles_per_split = max_subtiles;
+  return p;
+}
+
 // Subtiles [begin, end) of a row's list handled by split `split` (clipped to max_subtiles).
 inline BlockRange attention_split_subtiles(const AttnLaunchPlan& p, int64_t split,
                                            int64_t max_subtiles) {

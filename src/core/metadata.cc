@@ -62,6 +62,9 @@ Status check(const BatchMetadataArgs& args) {
     return invalid("block_size: " + std::to_string(args.block_size) + ", expected > 0");
   }
   const int64_t num_prefills = batch - args.num_decode_requests;
+  // batch + 1 entries (the outputs are int32 offsets; a batch this large fails on its values).
+  int64_t batch_entries = 0;
+  MSA_RETURN_IF_ERROR(detail::checked_add(batch, 1, "query_lens: B + 1", &batch_entries));
 
   MSA_RETURN_IF_ERROR(check_vector(args.seq_lens, "seq_lens", batch, "the batch size B",
                                    DType::kI32, device, true));
@@ -79,7 +82,7 @@ Status check(const BatchMetadataArgs& args) {
         check_block_table(args.index_block_table, "index_block_table", batch, device));
   }
 
-  MSA_RETURN_IF_ERROR(check_vector(args.query_start_loc, "query_start_loc", batch + 1, "B + 1",
+  MSA_RETURN_IF_ERROR(check_vector(args.query_start_loc, "query_start_loc", batch_entries, "B + 1",
                                    DType::kI32, device, false));
   MSA_RETURN_IF_ERROR(check_vector(args.prefill_cu_seqlens_q, "prefill_cu_seqlens_q",
                                    num_prefills + 1, "prefill requests + 1", DType::kI32, device,

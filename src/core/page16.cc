@@ -35,7 +35,21 @@ Status check(const SparsePage16Args& args) {
   MSA_RETURN_IF_ERROR(detail::require_dtype(args.block_table, "block_table", {DType::kI32}));
   MSA_RETURN_IF_ERROR(detail::require_device(args.block_table, "block_table", device));
   const int64_t num_requests = args.block_table.shape[0];
-  const int64_t num_rows = num_requests * args.query_len;
+  int64_t num_rows = 0, table_rows = 0, table_width = 0;
+  MSA_RETURN_IF_ERROR(detail::checked_mul(num_requests, args.query_len,
+                                          "block_table: num_requests * query_len", &num_rows));
+  MSA_RETURN_IF_ERROR(detail::checked_mul(
+      num_rows, num_kv_heads, "topk: T * num_kv_heads (num_requests * query_len * shape[0])",
+      &table_rows));
+  MSA_RETURN_IF_ERROR(detail::checked_mul(args.topk.shape[2], pages_per_block,
+                                          "topk: K * block_size / 16", &table_width));
+  // Page-16 ids (page * page_stride + j) * num_kv_heads + h are int32.
+  const int64_t max_kv_heads = (int64_t{1} << 31) / args.page_stride;
+  if (num_kv_heads > max_kv_heads) {
+    return invalid("topk: shape[0] (num_kv_heads) is " + std::to_string(num_kv_heads) +
+                   ", expected at most 2^31 / page_stride = " + std::to_string(max_kv_heads) +
+                   " (page-16 ids are int32)");
+  }
 
   MSA_RETURN_IF_ERROR(detail::require_ndim(args.seq_lens, "seq_lens", 1));
   MSA_RETURN_IF_ERROR(detail::require_dtype(args.seq_lens, "seq_lens", {DType::kI32}));
@@ -48,17 +62,17 @@ Status check(const SparsePage16Args& args) {
   MSA_RETURN_IF_ERROR(detail::require_ndim(args.table_out, "table_out", 2));
   MSA_RETURN_IF_ERROR(detail::require_dtype(args.table_out, "table_out", {DType::kI32}));
   MSA_RETURN_IF_ERROR(detail::require_device(args.table_out, "table_out", device));
-  MSA_RETURN_IF_ERROR(detail::require_dim(args.table_out, "table_out", 0, num_rows * num_kv_heads,
-                                          "T * num_kv_heads"));
-  MSA_RETURN_IF_ERROR(detail::require_dim(
-      args.table_out, "table_out", 1, args.topk.shape[2] * pages_per_block, "K * block_size / 16"));
+  MSA_RETURN_IF_ERROR(
+      detail::require_dim(args.table_out, "table_out", 0, table_rows, "T * num_kv_heads"));
+  MSA_RETURN_IF_ERROR(
+      detail::require_dim(args.table_out, "table_out", 1, table_width, "K * block_size / 16"));
 
   MSA_RETURN_IF_ERROR(detail::require_ndim(args.context_lens_out, "context_lens_out", 1));
   MSA_RETURN_IF_ERROR(
       detail::require_dtype(args.context_lens_out, "context_lens_out", {DType::kI32}));
   MSA_RETURN_IF_ERROR(detail::require_device(args.context_lens_out, "context_lens_out", device));
-  MSA_RETURN_IF_ERROR(detail::require_dim(args.context_lens_out, "context_lens_out", 0,
-                                          num_rows * num_kv_heads, "T * num_kv_heads"));
+  MSA_RETURN_IF_ERROR(detail::require_dim(args.context_lens_out, "context_lens_out", 0, table_rows,
+                                          "T * num_kv_heads"));
   return detail::check_error_flags(args.error_flags, device);
 }
 

@@ -13,12 +13,29 @@ Status not_supported(const std::string& msg) { return Status(StatusCode::kNotSup
 // process may hold another libstdc++'s locale state, and stream formatting crashed there (seen
 // with torch 2.11 on the GPU machine).
 std::string shape_string(const TensorView& t) {
+  if (!t.valid_rank()) return "[invalid rank " + std::to_string(t.ndim) + "]";
   std::string out = "[";
   for (int d = 0; d < t.ndim; ++d) {
     if (d) out += ", ";
     out += std::to_string(t.shape[d]);
   }
   return out + "]";
+}
+
+Status checked_mul(int64_t a, int64_t b, const std::string& what, int64_t* out) {
+  if (__builtin_mul_overflow(a, b, out)) {
+    return invalid(what + ": " + std::to_string(a) + " * " + std::to_string(b) +
+                   " does not fit int64");
+  }
+  return Status::Ok();
+}
+
+Status checked_add(int64_t a, int64_t b, const std::string& what, int64_t* out) {
+  if (__builtin_add_overflow(a, b, out)) {
+    return invalid(what + ": " + std::to_string(a) + " + " + std::to_string(b) +
+                   " does not fit int64");
+  }
+  return Status::Ok();
 }
 
 Status require_defined(const TensorView& t, const char* name) {
@@ -28,11 +45,12 @@ Status require_defined(const TensorView& t, const char* name) {
 
 Status require_ndim(const TensorView& t, const char* name, int ndim) {
   MSA_RETURN_IF_ERROR(require_defined(t, name));
+  MSA_RETURN_IF_ERROR(require_valid_layout(t, name));
   if (t.ndim != ndim) {
     return invalid(std::string(name) + ": expected " + std::to_string(ndim) +
                    " dimensions, got shape " + shape_string(t));
   }
-  return require_valid_layout(t, name);
+  return Status::Ok();
 }
 
 Status require_dim(const TensorView& t, const char* name, int d, int64_t expected,
@@ -76,6 +94,7 @@ Status require_device(const TensorView& t, const char* name, const Device& devic
 }
 
 Status require_unit_last_stride(const TensorView& t, const char* name) {
+  MSA_RETURN_IF_ERROR(require_valid_layout(t, name));
   if (t.ndim > 0 && t.shape[t.ndim - 1] > 1 && t.strides[t.ndim - 1] != 1) {
     return invalid(std::string(name) + ": innermost stride is " +
                    std::to_string(t.strides[t.ndim - 1]) + ", expected 1");
@@ -84,14 +103,37 @@ Status require_unit_last_stride(const TensorView& t, const char* name) {
 }
 
 Status require_valid_layout(const TensorView& t, const char* name) {
-  if (t.ndim < 0 || t.ndim > kMaxDims) {
-    return invalid(std::string(name) + ": ndim " + std::to_string(t.ndim) + " outside [0, 6]");
+  if (!t.valid_rank()) {
+    return invalid(std::string(name) + ": ndim " + std::to_string(t.ndim) +
+                   " outside [0, 6] (make_tensor and the view helpers give ndim -1 for more "
+                   "than 6 dimensions, mismatched strides or a dimension outside the view)");
   }
+  if ((!t.device.is_cpu() && !t.device.is_cuda()) || t.device.index < 0) {
+    return invalid(std::string(name) + ": device type " +
+                   std::to_string(static_cast<int>(t.device.type)) + " index " +
+                   std::to_string(t.device.index) + " is neither the CPU nor a CUDA device");
+  }
+  int64_t last = 0;  // element offset of the last element
+  bool empty = false;
   for (int d = 0; d < t.ndim; ++d) {
     if (t.shape[d] < 0 || t.strides[d] < 0) {
       return invalid(std::string(name) + ": negative shape or stride in dimension " +
                      std::to_string(d));
     }
+    int64_t reach = 0;
+    if (t.shape[d] == 0) {
+      empty = true;
+    } else if (__builtin_mul_overflow(t.shape[d] - 1, t.strides[d], &reach) ||
+               __builtin_add_overflow(last, reach, &last)) {
+      return invalid(std::string(name) + ": shape " + shape_string(t) +
+                     " with its strides spans more than int64 elements");
+    }
+  }
+  int64_t bytes = 0;
+  if (!empty && (__builtin_add_overflow(last, 1, &bytes) ||
+                 __builtin_mul_overflow(bytes, dtype_size(t.dtype), &bytes))) {
+    return invalid(std::string(name) + ": shape " + shape_string(t) +
+                   " with its strides spans more than int64 bytes");
   }
   return Status::Ok();
 }
@@ -124,6 +166,14 @@ Status check_kv_cache(const KvCacheView& c, const char* name, const Device& devi
   MSA_RETURN_IF_ERROR(require_device(c.v, vn.c_str(), device));
   MSA_RETURN_IF_ERROR(require_unit_last_stride(c.k, kn.c_str()));
   MSA_RETURN_IF_ERROR(require_unit_last_stride(c.v, vn.c_str()));
+  int64_t slots = 0;
+  MSA_RETURN_IF_ERROR(checked_mul(c.num_blocks(), c.block_size(),
+                                  kn + ": num_blocks * block_size (cache slots)", &slots));
+  if (c.scale_mode != KvScaleMode::kNone && c.scale_mode != KvScaleMode::kPerLayer &&
+      c.scale_mode != KvScaleMode::kPerTokenHead) {
+    return invalid(n + ".scale_mode: " + std::to_string(static_cast<int>(c.scale_mode)) +
+                   " is not a KvScaleMode (expected 0 none, 1 per layer or 2 per token-head)");
+  }
   if (c.k.dtype != DType::kE4M3 && c.scale_mode != KvScaleMode::kNone) {
     return invalid(n + ".scale_mode: scales apply to e4m3 caches only; the cache is " +
                    dtype_name(c.k.dtype));
@@ -135,6 +185,7 @@ Status check_kv_cache(const KvCacheView& c, const char* name, const Device& devi
     MSA_RETURN_IF_ERROR(require_defined(*s, sn.c_str()));
     MSA_RETURN_IF_ERROR(require_dtype(*s, sn.c_str(), {DType::kF32}));
     MSA_RETURN_IF_ERROR(require_device(*s, sn.c_str(), device));
+    MSA_RETURN_IF_ERROR(require_valid_layout(*s, sn.c_str()));
     if (c.scale_mode == KvScaleMode::kPerLayer) {
       if (s->numel() != 1 || s->ndim > 1) {
         return invalid(sn + ": per-layer scale must have shape [] or [1], got " + shape_string(*s));
@@ -142,8 +193,8 @@ Status check_kv_cache(const KvCacheView& c, const char* name, const Device& devi
     } else {
       MSA_RETURN_IF_ERROR(require_ndim(*s, sn.c_str(), 2));
       MSA_RETURN_IF_ERROR(require_dim(*s, sn.c_str(), 0, c.num_kv_heads(), "num_kv_heads"));
-      MSA_RETURN_IF_ERROR(require_dim_at_least(*s, sn.c_str(), 1, c.num_blocks() * c.block_size(),
-                                               "num_blocks * block_size"));
+      MSA_RETURN_IF_ERROR(
+          require_dim_at_least(*s, sn.c_str(), 1, slots, "num_blocks * block_size"));
     }
   }
   return Status::Ok();

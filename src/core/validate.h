@@ -22,7 +22,14 @@ Status invalid(const std::string& msg);
 Status out_of_range(const std::string& msg);
 Status not_supported(const std::string& msg);
 
+// "[2, 3, 4]"; "[invalid rank N]" when ndim is outside [0, kMaxDims].
 std::string shape_string(const TensorView& t);
+
+// Sizes derived from shapes (row counts, widths, slot counts, workspace bytes) are computed with
+// these: *out = a * b (or a + b), or kInvalidArgument naming `what` when the exact result does
+// not fit int64. `what` names the arguments the operands come from.
+Status checked_mul(int64_t a, int64_t b, const std::string& what, int64_t* out);
+Status checked_add(int64_t a, int64_t b, const std::string& what, int64_t* out);
 
 // The tensor is given (data != nullptr).
 Status require_defined(const TensorView& t, const char* name);
@@ -38,7 +45,10 @@ Status require_dtype(const TensorView& t, const char* name, std::initializer_lis
 Status require_device(const TensorView& t, const char* name, const Device& device);
 // Innermost stride is 1.
 Status require_unit_last_stride(const TensorView& t, const char* name);
-// Strides are non-negative and the shape non-negative.
+// The device is the CPU or a CUDA ordinal >= 0, the rank is in [0, kMaxDims], strides and
+// shape are non-negative, and the byte offset one
+// past the last element fits int64, so every element offset a backend computes from indices
+// within the shape fits int64 too.
 Status require_valid_layout(const TensorView& t, const char* name);
 // Rank-1 [1] i32 error-flag tensor on `device`, when given.
 Status check_error_flags(const TensorView& t, const Device& device);

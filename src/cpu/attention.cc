@@ -58,24 +58,44 @@ int64_t padded_dim(int64_t head_dim) { return (head_dim + 7) / 8 * 8; }
 int64_t k_chunk_rows(int64_t block_size) { return std::min(block_size, kKeyChunk); }
 
 // Per-thread scratch, in floats: K rows of one key chunk and V rows of one block, q and
-// accumulators of one group,
-// the scores (then softmax weights) of one block for each head of the group, and per head the
-// running max and sum, the block's rescale factor and an active flag.
-int64_t scratch_floats(int64_t block_size, int64_t head_dim, int64_t group) {
+// accumulators of one group, the scores (then softmax weights) of one block for each head of
+// the group, and per head the running max and sum, the block's rescale factor and an active
+// flag. In bytes, 256-aligned; kInvalidArgument when the shapes make it overflow.
+Status scratch_bytes_per_thread(int64_t block_size, int64_t head_dim, int64_t group,
+                                size_t* bytes) {
   const int64_t dp = padded_dim(head_dim);
-  return (k_chunk_rows(block_size) + block_size) * dp + 2 * group * dp + group * block_size +
-         4 * group;
+  bool ok = true;
+  auto mul = [&ok](int64_t a, int64_t b) {
+    int64_t r = 0;
+    ok = ok && !__builtin_mul_overflow(a, b, &r);
+    return r;
+  };
+  auto add = [&ok](int64_t a, int64_t b) {
+    int64_t r = 0;
+    ok = ok && !__builtin_add_overflow(a, b, &r);
+    return r;
+  };
+  const int64_t floats =
+      add(add(mul(add(k_chunk_rows(block_size), block_size), dp), mul(mul(2, group), dp)),
+          add(mul(group, block_size), mul(4, group)));
+  const int64_t per_thread = mul(add(mul(floats, 4), 255) / 256, 256);
+  mul(per_thread, detail::kMaxThreads);  // the whole workspace must fit as well
+  if (!ok) {
+    return detail::invalid("workspace: the CPU attention scratch for block_size " +
+                           std::to_string(block_size) + ", head_dim " + std::to_string(head_dim) +
+                           " and " + std::to_string(group) +
+                           " q heads per KV head does not fit int64 bytes");
+  }
+  *bytes = static_cast<size_t>(per_thread);
+  return Status::Ok();
 }
 
-size_t scratch_bytes_per_thread(int64_t block_size, int64_t head_dim, int64_t group) {
-  return detail::align_up(static_cast<size_t>(scratch_floats(block_size, head_dim, group)) *
-                          sizeof(float));
-}
-
-size_t workspace_bytes(const TensorView& q, const KvCacheView& kv) {
-  const int64_t group = q.shape[1] / kv.num_kv_heads();
-  return static_cast<size_t>(detail::kMaxThreads) *
-         scratch_bytes_per_thread(kv.block_size(), kv.head_dim(), group);
+Status workspace_bytes(const TensorView& q, const KvCacheView& kv, size_t* bytes) {
+  size_t per_thread = 0;
+  MSA_RETURN_IF_ERROR(scratch_bytes_per_thread(kv.block_size(), kv.head_dim(),
+                                               q.shape[1] / kv.num_kv_heads(), &per_thread));
+  *bytes = per_thread * detail::kMaxThreads;
+  return Status::Ok();
 }
 
 int32_t at(const TensorView& t, int64_t i) { return t.ptr<int32_t>()[i * t.strides[0]]; }
@@ -86,7 +106,9 @@ int32_t at(const TensorView& t, int64_t i, int64_t j, int64_t k) {
   return t.ptr<int32_t>()[i * t.strides[0] + j * t.strides[1] + k * t.strides[2]];
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// ceil(a / b) for a >= 0, b > 0, without forming a + b - 1 (block sizes come from shapes and
+// may be near INT64_MAX).
+int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 // The request and absolute position of a row; request -1 for padding rows past the batch.
 struct RowInfo {
@@ -139,22 +161,33 @@ Status value_error(const Problem& p, DeviceError bit, const std::string& msg) {
 
 // Validates every value the op reads before anything is written.
 Status validate_values(const Problem& p) {
+  // Checked before the requests: with none, row_info still reads cu_seqlens_q[0] and relies on
+  // it being 0 (a larger value would send rows below it to a request that does not exist).
+  if (p.form != Form::kDecode && at(p.cu_seqlens_q, 0) != 0) {
+    return value_error(
+        p, kDeviceErrorQueryLen,
+        "cu_seqlens_q[0] = " + std::to_string(at(p.cu_seqlens_q, 0)) + ": expected 0");
+  }
   for (int64_t b = 0; b < p.num_requests(); ++b) {
     const int64_t s = at(p.seq_lens, b);
     if (s < 0 || ceil_div(s, p.block_size()) > p.max_blocks()) {
       return value_error(p, kDeviceErrorSeqLen,
                          "seq_lens[" + std::to_string(b) + "] = " + std::to_string(s) +
-                             ": expected 0..max_blocks * block_size = " +
-                             std::to_string(p.max_blocks() * p.block_size()));
+                             ": expected 0..max_blocks * block_size (max_blocks " +
+                             std::to_string(p.max_blocks()) + ", block_size " +
+                             std::to_string(p.block_size()) + ")");
     }
     // Decode rows at negative positions are padding (spec A8), whatever seq_len is.
     if (p.form == Form::kDecode) continue;
     const int64_t begin = at(p.cu_seqlens_q, b), end = at(p.cu_seqlens_q, b + 1);
-    if ((b == 0 && begin != 0) || end < begin || end > p.num_rows() || end - begin > s) {
+    // In the dense form (which also serves decode batches) a request with seq_len 0 is a padded
+    // decode request: its rows, however many, sit at negative positions and attend to nothing.
+    const bool padded = p.form == Form::kDense && s == 0;
+    if (end < begin || end > p.num_rows() || (end - begin > s && !padded)) {
       return value_error(p, kDeviceErrorQueryLen,
                          "cu_seqlens_q[" + std::to_string(b) + ".." + std::to_string(b + 1) +
                              "] = " + std::to_string(begin) + ", " + std::to_string(end) +
-                             ": expected to start at 0, not decrease, stay <= T = " +
+                             ": expected not to decrease, to stay <= T = " +
                              std::to_string(p.num_rows()) + " and give at most seq_lens[" +
                              std::to_string(b) + "] = " + std::to_string(s) + " rows");
     }
@@ -555,7 +588,9 @@ AttendFn pick_attend() {
 }
 
 Status run_problem(const Problem& p, Workspace workspace, const Stream& stream) {
-  const size_t per_thread = scratch_bytes_per_thread(p.block_size(), p.head_dim(), p.group());
+  size_t per_thread = 0;
+  MSA_RETURN_IF_ERROR(
+      scratch_bytes_per_thread(p.block_size(), p.head_dim(), p.group(), &per_thread));
   MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, per_thread * detail::kMaxThreads));
   MSA_RETURN_IF_ERROR(validate_values(p));
 
@@ -567,7 +602,7 @@ Status run_problem(const Problem& p, Workspace workspace, const Stream& stream) 
   const int64_t slices = std::clamp<int64_t>(ceil_div(threads, pairs), 1, p.group());
   char* ws = static_cast<char*>(workspace.data);
   const AttendFn attend_fn = pick_attend();
-  detail::parallel_for(pairs * slices, stream, [&](int64_t begin, int64_t end, int thread) {
+  return detail::parallel_for(pairs * slices, stream, [&](int64_t begin, int64_t end, int thread) {
     float* scratch = reinterpret_cast<float*>(ws + per_thread * static_cast<size_t>(thread));
     for (int64_t item = begin; item < end; ++item) {
       const int64_t slice = item % slices;
@@ -576,14 +611,12 @@ Status run_problem(const Problem& p, Workspace workspace, const Stream& stream) 
                 (slice + 1) * p.group() / slices, scratch);
     }
   });
-  return Status::Ok();
 }
 
 }  // namespace
 
 Status workspace_size(const SparseAttentionDecodeArgs& args, size_t* bytes) {
-  *bytes = workspace_bytes(args.q, args.kv_cache);
-  return Status::Ok();
+  return workspace_bytes(args.q, args.kv_cache, bytes);
 }
 
 Status run(const SparseAttentionDecodeArgs& args, Workspace workspace, Stream stream) {
@@ -591,8 +624,7 @@ Status run(const SparseAttentionDecodeArgs& args, Workspace workspace, Stream st
 }
 
 Status workspace_size(const SparseAttentionPrefillArgs& args, size_t* bytes) {
-  *bytes = workspace_bytes(args.q, args.kv_cache);
-  return Status::Ok();
+  return workspace_bytes(args.q, args.kv_cache, bytes);
 }
 
 Status run(const SparseAttentionPrefillArgs& args, Workspace workspace, Stream stream) {
@@ -600,8 +632,7 @@ Status run(const SparseAttentionPrefillArgs& args, Workspace workspace, Stream s
 }
 
 Status workspace_size(const DenseAttentionArgs& args, size_t* bytes) {
-  *bytes = workspace_bytes(args.q, args.kv_cache);
-  return Status::Ok();
+  return workspace_bytes(args.q, args.kv_cache, bytes);
 }
 
 Status run(const DenseAttentionArgs& args, Workspace workspace, Stream stream) {

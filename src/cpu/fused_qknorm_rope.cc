@@ -220,7 +220,7 @@ Status run(const FusedQkNormRopeArgs& args, Workspace, Stream stream) {
       args.index_slot_mapping.defined() ? args.index_slot_mapping : args.slot_mapping;
   const bool index_insert = sparse && args.index_cache.defined();
 
-  detail::parallel_for(args.qkv.shape[0], stream, [&](int64_t begin, int64_t end, int) {
+  return detail::parallel_for(args.qkv.shape[0], stream, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t p = load_index(args.positions, t);
       if (p < 0) {
@@ -287,7 +287,6 @@ Status run(const FusedQkNormRopeArgs& args, Workspace, Stream stream) {
                      args.eps, args.rotary_dim, args.cos_sin_cache, p, dest);
     }
   });
-  return Status::Ok();
 }
 
 }  // namespace cpu

@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "core/backends.h"
@@ -63,6 +64,10 @@ RowInfo row_info(const Problem& pb, int64_t t) {
   return info;
 }
 
+// ceil(a / b) for a >= 0, b > 0, without forming a + b - 1 (the index cache's block size comes
+// from a shape and may be near INT64_MAX).
+int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
+
 Status fail(const Problem& pb, int32_t bit, const std::string& msg) {
   if (pb.error_flags.defined()) *pb.error_flags.ptr<int32_t>() |= bit;
   return detail::out_of_range(msg);
@@ -74,7 +79,7 @@ Status validate_request(const Problem& pb, int64_t b, bool has_live_rows) {
   const int64_t bs = pb.block_size();
   const std::string at = "[" + std::to_string(b) + "] = " + std::to_string(s);
   if (s < 0) return fail(pb, kDeviceErrorSeqLen, "seq_lens" + at + ": negative sequence length");
-  const int64_t used = (s + bs - 1) / bs;
+  const int64_t used = ceil_div(s, bs);
   if (used > pb.max_blocks()) {
     return fail(pb, kDeviceErrorSeqLen,
                 "seq_lens" + at + ": needs " + std::to_string(used) + " blocks, block_table has " +
@@ -158,19 +163,35 @@ struct E4m3Key {
   float load(Storage v) const { return table[v]; }
 };
 
-// Per-thread scratch: block scores and candidate ids (max_blocks each) and the query row as
-// floats (head_dim).
+// Per-thread scratch: block scores and candidate ids (one per block a row can see) and the
+// query row as floats (head_dim).
 struct ScratchLayout {
   size_t scores = 0, ids = 0, query = 0, per_thread = 0;
 };
 
-ScratchLayout scratch_layout(int64_t max_blocks, int64_t head_dim) {
+// Sequence lengths are int32, so a row sees at most ceil(INT32_MAX / block_size) blocks,
+// however wide the block table is. kInvalidArgument when the layout overflows int64 bytes.
+Status scratch_layout(const Problem& pb, ScratchLayout* out) {
+  const int64_t bs = pb.block_size();
+  const int64_t blocks =
+      std::min(pb.max_blocks(), ceil_div(std::numeric_limits<int32_t>::max(), bs));
+  const int64_t block_bytes = detail::align_up(static_cast<size_t>(blocks) * sizeof(float));
+  int64_t query_bytes = 0, per_thread = 0;
+  MSA_RETURN_IF_ERROR(
+      detail::checked_mul(pb.head_dim(), 4, "index_q: head_dim * 4 scratch bytes", &query_bytes));
+  MSA_RETURN_IF_ERROR(detail::checked_add(query_bytes, 2 * block_bytes + 255,
+                                          "index_q: per-thread scratch bytes", &per_thread));
+  per_thread = per_thread / 256 * 256;
+  int64_t total = 0;
+  MSA_RETURN_IF_ERROR(
+      detail::checked_mul(per_thread, detail::kMaxThreads, "index_q: workspace bytes", &total));
   ScratchLayout l;
   l.scores = 0;
-  l.ids = detail::align_up(static_cast<size_t>(max_blocks) * sizeof(float));
-  l.query = l.ids + detail::align_up(static_cast<size_t>(max_blocks) * sizeof(int32_t));
-  l.per_thread = l.query + detail::align_up(static_cast<size_t>(head_dim) * sizeof(float));
-  return l;
+  l.ids = static_cast<size_t>(block_bytes);
+  l.query = l.ids + static_cast<size_t>(block_bytes);
+  l.per_thread = static_cast<size_t>(per_thread);
+  *out = l;
+  return Status::Ok();
 }
 
 // Scores the unforced visible blocks [0, nvb) of one row against the query `q` (floats).
@@ -275,29 +296,32 @@ void compute_item(const Problem& pb, int64_t t, int64_t h, char* scratch,
   std::fill(out + keep, out + width, -1);
 }
 
-size_t workspace_bytes(const Problem& pb) {
-  return static_cast<size_t>(detail::kMaxThreads) *
-         scratch_layout(pb.max_blocks(), pb.head_dim()).per_thread;
-}
-
 Status run_problem(const Problem& pb, Workspace workspace, Stream stream) {
-  MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, workspace_bytes(pb)));
+  ScratchLayout layout;
+  MSA_RETURN_IF_ERROR(scratch_layout(pb, &layout));
+  MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, layout.per_thread * detail::kMaxThreads));
   MSA_RETURN_IF_ERROR(pb.query_len > 0 ? validate_decode(pb) : validate_prefill(pb));
-  const ScratchLayout layout = scratch_layout(pb.max_blocks(), pb.head_dim());
   const int64_t heads = pb.num_heads();
   char* base = static_cast<char*>(workspace.data);
-  detail::parallel_for(pb.num_rows() * heads, stream, [&](int64_t begin, int64_t end, int thread) {
-    char* scratch = base + static_cast<size_t>(thread) * layout.per_thread;
-    for (int64_t i = begin; i < end; ++i) compute_item(pb, i / heads, i % heads, scratch, layout);
-  });
+  return detail::parallel_for(
+      pb.num_rows() * heads, stream, [&](int64_t begin, int64_t end, int thread) {
+        char* scratch = base + static_cast<size_t>(thread) * layout.per_thread;
+        for (int64_t i = begin; i < end; ++i)
+          compute_item(pb, i / heads, i % heads, scratch, layout);
+      });
+}
+
+Status workspace_bytes(const Problem& pb, size_t* bytes) {
+  ScratchLayout layout;
+  MSA_RETURN_IF_ERROR(scratch_layout(pb, &layout));
+  *bytes = layout.per_thread * detail::kMaxThreads;
   return Status::Ok();
 }
 
 }  // namespace
 
 Status workspace_size(const IndexTopkDecodeArgs& args, size_t* bytes) {
-  *bytes = workspace_bytes(Problem(detail::index_topk_problem(args)));
-  return Status::Ok();
+  return workspace_bytes(Problem(detail::index_topk_problem(args)), bytes);
 }
 
 Status run(const IndexTopkDecodeArgs& args, Workspace workspace, Stream stream) {
@@ -305,8 +329,7 @@ Status run(const IndexTopkDecodeArgs& args, Workspace workspace, Stream stream) 
 }
 
 Status workspace_size(const IndexTopkPrefillArgs& args, size_t* bytes) {
-  *bytes = workspace_bytes(Problem(detail::index_topk_problem(args)));
-  return Status::Ok();
+  return workspace_bytes(Problem(detail::index_topk_problem(args)), bytes);
 }
 
 Status run(const IndexTopkPrefillArgs& args, Workspace workspace, Stream stream) {

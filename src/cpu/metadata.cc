@@ -72,7 +72,7 @@ struct BatchTotals {
   int64_t decode_tokens = 0;
   int64_t prefill_tokens = 0;
   int64_t prefill_seq_sum = 0;
-  int64_t kv_blocks = 0;
+  int64_t kv_blocks = 0;  // of prefill requests only (spec B6: it sizes prefill structures)
 };
 
 // Validates every request and fills starts[0..B] (row offset of each request, then the total).
@@ -115,18 +115,18 @@ Status validate_batch(const BatchMetadataArgs& args, int64_t* starts, BatchTotal
       row += q;
       acc.prefill_tokens += q;
       acc.prefill_seq_sum += s;
+      acc.kv_blocks += used;
     }
-    acc.kv_blocks += used;
   }
   starts[batch] = row;
 
   const int64_t int32_max = std::numeric_limits<int32_t>::max();
   if (row > int32_max || acc.prefill_seq_sum > int32_max || acc.kv_blocks > int32_max) {
-    return reject(args, kDeviceErrorCapacity,
-                  "batch: " + std::to_string(row) + " tokens, " +
-                      std::to_string(acc.prefill_seq_sum) + " prefill keys and " +
-                      std::to_string(acc.kv_blocks) + " KV blocks; int32 outputs hold at most " +
-                      std::to_string(int32_max));
+    return reject(
+        args, kDeviceErrorCapacity,
+        "batch: " + std::to_string(row) + " tokens, " + std::to_string(acc.prefill_seq_sum) +
+            " prefill keys and " + std::to_string(acc.kv_blocks) +
+            " prefill KV blocks; int32 outputs hold at most " + std::to_string(int32_max));
   }
   const std::pair<const TensorView*, const char*> token_outputs[] = {
       {&args.token_request, "token_request"},
@@ -153,8 +153,11 @@ int64_t slot_of(const TensorView& table, int64_t b, int64_t position, int64_t bl
 }  // namespace
 
 Status workspace_size(const BatchMetadataArgs& args, size_t* bytes) {
-  const size_t requests = static_cast<size_t>(args.query_lens.shape[0]) + 1;
-  *bytes = detail::align_up(requests * sizeof(int64_t));
+  int64_t starts_bytes = 0;  // int64 row offsets of B + 1 requests
+  MSA_RETURN_IF_ERROR(detail::checked_mul(args.query_lens.shape[0] + 1, 8,
+                                          "query_lens: workspace bytes for B + 1 offsets",
+                                          &starts_bytes));
+  *bytes = detail::align_up(static_cast<size_t>(starts_bytes));
   return Status::Ok();
 }
 
@@ -171,6 +174,34 @@ Status run(const BatchMetadataArgs& args, Workspace workspace, Stream stream) {
   const int64_t L = args.decode_query_len;
   const int64_t bs = args.block_size;
   const int64_t num_tokens = starts[batch];
+
+  const int64_t token_capacity =
+      std::max({capacity(args.token_request), capacity(args.token_position),
+                capacity(args.slot_mapping), capacity(args.index_slot_mapping)});
+  // The per-token outputs first: when the worker threads cannot start, nothing is written.
+  MSA_RETURN_IF_ERROR(
+      detail::parallel_for(token_capacity, stream, [&](int64_t begin, int64_t end, int) {
+        // The request of the first token, then advanced as tokens cross request boundaries.
+        int64_t b = std::upper_bound(starts, starts + batch + 1, begin) - starts - 1;
+        for (int64_t t = begin; t < end; ++t) {
+          while (b < batch && t >= starts[b + 1]) ++b;
+          int64_t request = -1, position = -1, slot = -1, index_slot = -1;
+          if (t < num_tokens) {
+            request = b;
+            const int64_t q = b < nd ? L : load_i32(args.query_lens, b);
+            position = load_i32(args.seq_lens, b) - q + (t - starts[b]);
+            if (args.slot_mapping.defined()) slot = slot_of(args.block_table, b, position, bs);
+            if (args.index_slot_mapping.defined()) {
+              index_slot = slot_of(args.index_block_table, b, position, bs);
+            }
+          }
+          if (t < capacity(args.token_request)) store_i32(args.token_request, t, request);
+          if (t < capacity(args.token_position)) store_i32(args.token_position, t, position);
+          if (t < capacity(args.slot_mapping)) store_i64(args.slot_mapping, t, slot);
+          if (t < capacity(args.index_slot_mapping))
+            store_i64(args.index_slot_mapping, t, index_slot);
+        }
+      }));
 
   for (int64_t b = 0; b <= batch; ++b) store_i32(args.query_start_loc, b, starts[b]);
   int64_t cu_k = 0;
@@ -189,30 +220,6 @@ Status run(const BatchMetadataArgs& args, Workspace workspace, Stream stream) {
   store_i32(args.totals, 2, num_tokens);
   store_i32(args.totals, 3, sums.kv_blocks);
 
-  const int64_t token_capacity =
-      std::max({capacity(args.token_request), capacity(args.token_position),
-                capacity(args.slot_mapping), capacity(args.index_slot_mapping)});
-  detail::parallel_for(token_capacity, stream, [&](int64_t begin, int64_t end, int) {
-    // The request of the first token, then advanced as tokens cross request boundaries.
-    int64_t b = std::upper_bound(starts, starts + batch + 1, begin) - starts - 1;
-    for (int64_t t = begin; t < end; ++t) {
-      while (b < batch && t >= starts[b + 1]) ++b;
-      int64_t request = -1, position = -1, slot = -1, index_slot = -1;
-      if (t < num_tokens) {
-        request = b;
-        const int64_t q = b < nd ? L : load_i32(args.query_lens, b);
-        position = load_i32(args.seq_lens, b) - q + (t - starts[b]);
-        if (args.slot_mapping.defined()) slot = slot_of(args.block_table, b, position, bs);
-        if (args.index_slot_mapping.defined()) {
-          index_slot = slot_of(args.index_block_table, b, position, bs);
-        }
-      }
-      if (t < capacity(args.token_request)) store_i32(args.token_request, t, request);
-      if (t < capacity(args.token_position)) store_i32(args.token_position, t, position);
-      if (t < capacity(args.slot_mapping)) store_i64(args.slot_mapping, t, slot);
-      if (t < capacity(args.index_slot_mapping)) store_i64(args.index_slot_mapping, t, index_slot);
-    }
-  });
   return Status::Ok();
 }
 

@@ -49,10 +49,11 @@ Status validate_values(const SparsePage16Args& a) {
   for (int64_t b = 0; b < num_requests; ++b) {
     const int64_t s = at(a.seq_lens, b);
     if (s < 0 || (s + bs - 1) / bs > max_blocks) {
-      return value_error(
-          a, kDeviceErrorSeqLen,
-          "seq_lens[" + std::to_string(b) + "] = " + std::to_string(s) +
-              ": expected 0..max_blocks * block_size = " + std::to_string(max_blocks * bs));
+      return value_error(a, kDeviceErrorSeqLen,
+                         "seq_lens[" + std::to_string(b) + "] = " + std::to_string(s) +
+                             ": expected 0..max_blocks * block_size (max_blocks " +
+                             std::to_string(max_blocks) + ", block_size " + std::to_string(bs) +
+                             ")");
     }
     if (s > 0 && s < a.query_len) {
       return value_error(a, kDeviceErrorQueryLen,
@@ -143,10 +144,9 @@ Status run(const SparsePage16Args& args, Workspace workspace, Stream stream) {
   (void)workspace;
   MSA_RETURN_IF_ERROR(validate_values(args));
   const int64_t rows = args.table_out.shape[0];
-  detail::parallel_for(rows, stream, [&](int64_t begin, int64_t end, int) {
+  return detail::parallel_for(rows, stream, [&](int64_t begin, int64_t end, int) {
     for (int64_t row = begin; row < end; ++row) build_row(args, row);
   });
-  return Status::Ok();
 }
 
 }  // namespace cpu

@@ -20,7 +20,7 @@ Status run(const RopeCacheArgs& args, Workspace, Stream stream) {
   const int64_t rotary_dim = out.shape[1];
   const int64_t half = rotary_dim / 2;
   float* data = out.ptr<float>();
-  detail::parallel_for(out.shape[0], stream, [&](int64_t begin, int64_t end, int) {
+  return detail::parallel_for(out.shape[0], stream, [&](int64_t begin, int64_t end, int) {
     for (int64_t p = begin; p < end; ++p) {
       float* row = data + p * out.strides[0];
       for (int64_t i = 0; i < half; ++i) {
@@ -32,7 +32,6 @@ Status run(const RopeCacheArgs& args, Workspace, Stream stream) {
       }
     }
   });
-  return Status::Ok();
 }
 
 }  // namespace cpu

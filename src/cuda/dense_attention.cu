@@ -18,7 +18,8 @@
 // shapes, and every partial is rewritten on every launch (empty splits write empty partials).
 // Every reduction has a fixed order, so results are bitwise reproducible run to run.
 // Bad values are flagged and skipped: a row whose request is inconsistent (cu_seqlens_q,
-// seq_lens) is written as an empty row (zeros, lse -inf); a key whose page is outside
+// seq_lens; more rows than seq_len, except for a padded request with seq_len 0) is written as an
+// empty row (zeros, lse -inf); a key whose page is outside
 // [0, num_blocks) is left out of the softmax.
 #include <algorithm>
 #include <cmath>
@@ -114,7 +115,9 @@ __device__ void row_info(const DenseParams& p, int64_t t, int64_t* request, int6
     raise_error(p.error_flags, kDeviceErrorSeqLen);
     return;
   }
-  if (p.cu[0] != 0 || t >= end || end > p.num_rows || end - begin > s) {
+  // A request with seq_len 0 is a padded decode request: its rows sit at negative positions and
+  // attend to nothing (spec A8).
+  if (p.cu[0] != 0 || t >= end || end > p.num_rows || (end - begin > s && s > 0)) {
     raise_error(p.error_flags, kDeviceErrorQueryLen);
     return;
   }
@@ -375,6 +378,7 @@ Status launch_dv(const DenseParams& p, int64_t num_kv_heads, Stream stream) {
 // Splits per (row, KV head) for a call with `rows` query rows: enough CTAs to fill the GPU, each
 // split at least kMinTilesPerSplit tiles of the block table's key capacity. Shapes only.
 int split_count(const DenseAttentionArgs& args, int64_t rows) {
+  if (args.batch_invariant) return 1;  // a row's keys in one piece, whatever the batch
   const int64_t ctas = rows * args.kv_cache.num_kv_heads();
   if (ctas == 0 || ctas >= kTargetCtas) return 1;
   const int64_t max_tiles =

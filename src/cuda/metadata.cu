@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(kThreads) metadata_kernel(MetadataParams p) {
       }
       rows = decode ? L : std::max<int64_t>(q, 0);
       prefill_seq = decode ? 0 : std::max<int64_t>(s, 0);
-      blocks = used;
+      blocks = decode ? 0 : used;  // total_kv_blocks counts prefill requests (spec B6)
       p.valid[b] = ok ? 1 : 0;
       p.context_lens.store(b, s - q);
       p.kv_block_counts.store(b, used);

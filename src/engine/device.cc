@@ -1,5 +1,7 @@
 #include "engine/device.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -44,6 +46,26 @@ std::string describe_cuda_device(int ordinal) {
   (void)ordinal;
   return "";
 #endif
+}
+
+Status device_capacity_bytes(const Device& device, size_t* bytes) {
+  if (device.is_cuda()) {
+#if MSA_ENGINE_CUDA
+    size_t free_bytes = 0, total_bytes = 0;
+    const Status s = cuda_status(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    if (!s.ok()) return s;
+    *bytes = free_bytes;
+    return Status::Ok();
+#else
+    return Status(StatusCode::kNotSupported, "this build of msa has no CUDA backend");
+#endif
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) {
+    return Status(StatusCode::kInternal, "cannot read the machine's memory size (sysconf)");
+  }
+  *bytes = static_cast<size_t>(pages) * static_cast<size_t>(page_size);
+  return Status::Ok();
 }
 
 DeviceMemory::DeviceMemory(Device device) : device_(device) {}

@@ -38,6 +38,10 @@ class DeviceMemory {
   size_t bytes_ = 0;
 };
 
+// Memory a run on `device` can use: the machine's physical memory for the CPU, the free memory
+// of the CUDA device.
+Status device_capacity_bytes(const Device& device, size_t* bytes);
+
 // "NVIDIA H200 (sm_90, 139.8 GiB)"; empty without CUDA or without that device.
 std::string describe_cuda_device(int ordinal);
 

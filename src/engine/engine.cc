@@ -23,11 +23,12 @@ int default_pool_blocks(const std::vector<RequestSpec>& requests, int block_size
 Status run_engine(const EngineOptions& opts, const std::vector<RequestSpec>& requests,
                   const std::function<void(const Progress&)>& progress, RunResult* out) {
   if (requests.empty()) return Status(StatusCode::kInvalidArgument, "no requests to run");
-  Scheduler sched(opts.scheduler, requests);
-  Status s = sched.validate();
+  // Everything is validated before anything is allocated: the scheduler's pools, the runner's
+  // caches and activations, the per-position digests.
+  Status s = Scheduler::check(opts.scheduler, requests);
   if (!s.ok()) return s;
 
-  const int query_len = sched.decode_query_len();
+  const int query_len = opts.scheduler.spec_tokens + 1;
   const int bs = opts.scheduler.block_size;
   int64_t longest = 0;
   for (const auto& r : requests) {
@@ -49,6 +50,7 @@ Status run_engine(const EngineOptions& opts, const std::vector<RequestSpec>& req
   std::unique_ptr<ModelRunner> runner;
   s = ModelRunner::create(ro, &runner);
   if (!s.ok()) return s;
+  Scheduler sched(opts.scheduler, requests);
 
   RunResult res;
   res.plan = runner->plan();

@@ -1,12 +1,23 @@
 #include "engine/report.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "msa/version.h"
+
+#define MSA_ENGINE_RETURN_IF_ERROR(expr) \
+  do {                                   \
+    ::msa::Status msa_s_ = (expr);       \
+    if (!msa_s_.ok()) return msa_s_;     \
+  } while (0)
 
 namespace msa {
 namespace engine {
@@ -465,23 +476,223 @@ Status render_plot_svg(const json::Value& rep, std::string* svg) {
   return Status::Ok();
 }
 
-Status write_file_atomic(const std::string& path, const std::string& data) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return Status(StatusCode::kIoError, "cannot write '" + tmp + "'");
-    f << data;
-    f.close();
-    if (!f) {
-      std::remove(tmp.c_str());
-      return Status(StatusCode::kIoError, "cannot write '" + tmp + "'");
+namespace {
+
+// Field checks of validate_report: `where` is the dotted path of `obj`.
+class ReportShape {
+ public:
+  Status status() const { return status_; }
+
+  const json::Value& object(const json::Value& parent, const std::string& where,
+                            const std::string& key) {
+    const json::Value* v = field(parent, where, key);
+    if (v != nullptr && !v->is_object()) fail(where, key, "an object");
+    return v != nullptr && v->is_object() ? *v : null_;
+  }
+  const json::Value* array(const json::Value& parent, const std::string& where,
+                           const std::string& key) {
+    const json::Value* v = field(parent, where, key);
+    if (v != nullptr && !v->is_array()) fail(where, key, "an array");
+    return v != nullptr && v->is_array() ? v : nullptr;
+  }
+  void string(const json::Value& parent, const std::string& where, const std::string& key) {
+    const json::Value* v = field(parent, where, key);
+    if (v != nullptr && !v->is_string()) fail(where, key, "a string");
+  }
+  // Numbers the report writes may be null (NaN and infinities print as null).
+  void number(const json::Value& parent, const std::string& where, const std::string& key) {
+    const json::Value* v = field(parent, where, key);
+    if (v != nullptr && !v->is_number() && !v->is_null()) fail(where, key, "a number");
+  }
+  void integer(const json::Value& parent, const std::string& where, const std::string& key) {
+    const json::Value* v = field(parent, where, key);
+    if (v != nullptr && !v->is_integer()) fail(where, key, "an integer");
+  }
+  // A distribution(): count, and p50..mean when count > 0.
+  void distribution(const json::Value& parent, const std::string& where, const std::string& key) {
+    const json::Value& d = object(parent, where, key);
+    const std::string at = where + "." + key;
+    integer(d, at, "count");
+    const json::Value* count = d.find("count");
+    if (count == nullptr || count->as_int() == 0) return;
+    for (const char* k : {"p50", "p90", "p99", "min", "max", "mean"}) number(d, at, k);
+  }
+
+ private:
+  const json::Value* field(const json::Value& parent, const std::string& where,
+                           const std::string& key) {
+    if (!status_.ok()) return nullptr;
+    const json::Value* v = parent.find(key);
+    if (v == nullptr) {
+      status_ = Status(StatusCode::kParseError,
+                       "not an msa run report: '" + where + "." + key + "' is missing");
+    }
+    return v;
+  }
+  void fail(const std::string& where, const std::string& key, const char* expected) {
+    if (status_.ok()) {
+      status_ = Status(StatusCode::kParseError,
+                       "not an msa run report: '" + where + "." + key + "' is not " + expected);
     }
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return Status(StatusCode::kIoError, "cannot rename '" + tmp + "' to '" + path + "'");
+
+  Status status_;
+  json::Value null_;
+};
+
+Status io_error(const std::string& msg) { return Status(StatusCode::kIoError, msg); }
+
+std::string errno_text() { return std::strerror(errno); }
+
+// The directory part of `path` ("." when it has none).
+std::string directory_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// An existing entry at `path` must be a regular file (never followed if it is a link).
+Status check_not_special(const std::string& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::Ok();
+    return io_error("'" + path + "': " + errno_text());
+  }
+  if (!S_ISREG(st.st_mode)) {
+    const char* what = S_ISLNK(st.st_mode)    ? "a symbolic link"
+                       : S_ISDIR(st.st_mode)  ? "a directory"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                              : "not a regular file";
+    return io_error("'" + path + "' is " + what + "; refusing to replace it");
   }
   return Status::Ok();
+}
+
+// Creates path.tmp.XXXXXX exclusively (O_EXCL: never follows or reuses an existing entry);
+// *fd is its descriptor, *tmp its name.
+Status create_temporary(const std::string& path, int* fd, std::string* tmp) {
+  std::string name = path + ".tmp.XXXXXX";
+  *fd = mkstemp(&name[0]);
+  if (*fd < 0) return io_error("cannot create a file beside '" + path + "': " + errno_text());
+  *tmp = name;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status validate_report(const json::Value& rep) {
+  if (!rep.is_object()) {
+    return Status(StatusCode::kParseError, "not an msa run report: the top level is no object");
+  }
+  const json::Value* schema = rep.find("schema");
+  if (schema == nullptr || !schema->is_string() || schema->as_string() != "msa-run-report/1") {
+    return Status(StatusCode::kParseError,
+                  "not an msa run report: 'schema' is not \"msa-run-report/1\"");
+  }
+  ReportShape r;
+  const std::string top = "report";
+  r.string(rep, top, "backend");
+  r.string(rep, top, "device");
+  const json::Value& m = r.object(rep, top, "model");
+  r.string(m, "model", "preset");
+  for (const char* k :
+       {"layers", "dense_layers", "sparse_layers", "topk_compute_layers", "q_heads", "kv_heads"}) {
+    r.integer(m, "model", k);
+  }
+  r.string(m, "model", "kv_dtype");
+  r.string(m, "model", "index_dtype");
+  const json::Value& w = r.object(rep, top, "workload");
+  for (const char* k : {"requests", "prompt_tokens", "output_tokens"}) r.integer(w, "workload", k);
+  const json::Value& sum = r.object(rep, top, "summary");
+  for (const char* k :
+       {"wall_s", "requests_per_s", "output_tokens_per_s", "processed_tokens_per_s"}) {
+    r.number(sum, "summary", k);
+  }
+  for (const char* k : {"steps", "preemptions", "recomputed_tokens"}) r.integer(sum, "summary", k);
+  r.distribution(sum, "summary", "step_latency_ms");
+  const json::Value& stages = r.object(sum, "summary", "stage_ms");
+  for (const auto& kv : stages.members()) r.number(stages, "summary.stage_ms", kv.first);
+  const json::Value& kv = r.object(sum, "summary", "kv_cache");
+  r.integer(kv, "summary.kv_cache", "peak_blocks");
+  r.integer(kv, "summary.kv_cache", "pool_blocks");
+  r.number(kv, "summary.kv_cache", "peak_fraction");
+  const json::Value& spec = r.object(sum, "summary", "speculative");
+  r.integer(spec, "summary.speculative", "draft_tokens_proposed");
+  r.integer(spec, "summary.speculative", "draft_tokens_accepted");
+  r.number(spec, "summary.speculative", "acceptance_rate");
+  const json::Value* steps = r.array(rep, top, "steps");
+  if (steps != nullptr) {
+    for (size_t i = 0; i < steps->size(); ++i) {
+      const std::string at = "steps." + std::to_string(i);
+      if (!(*steps)[i].is_object()) {
+        return Status(StatusCode::kParseError, "not an msa run report: '" + at + "' is no object");
+      }
+      for (const char* k : {"max_context", "latency_ms", "prefill_tokens"}) {
+        r.number((*steps)[i], at, k);
+      }
+    }
+  }
+  if (rep.find("compare_dense") != nullptr) {
+    const json::Value& cmp = r.object(rep, top, "compare_dense");
+    r.number(cmp, "compare_dense", "speedup");
+    r.number(cmp, "compare_dense", "attention_speedup");
+    const json::Value& fid = r.object(cmp, "compare_dense", "fidelity");
+    r.integer(fid, "compare_dense.fidelity", "rows_sampled");
+    r.distribution(fid, "compare_dense.fidelity", "rel_error");
+    r.distribution(fid, "compare_dense.fidelity", "selected_mass");
+  }
+  return r.status();
+}
+
+Status check_output_path(const std::string& path) {
+  if (path.empty()) return io_error("empty output path");
+  if (path.back() == '/') return io_error("'" + path + "' names a directory, not a file");
+  MSA_ENGINE_RETURN_IF_ERROR(check_not_special(path));
+  struct stat st {};
+  const std::string dir = directory_of(path);
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return io_error("'" + path + "': directory '" + dir + "' does not exist");
+  }
+  // Proves the directory takes a new file; the probe is removed at once.
+  int fd = -1;
+  std::string tmp;
+  MSA_ENGINE_RETURN_IF_ERROR(create_temporary(path, &fd, &tmp));
+  close(fd);
+  unlink(tmp.c_str());
+  return Status::Ok();
+}
+
+Status write_file_atomic(const std::string& path, const std::string& data) {
+  MSA_ENGINE_RETURN_IF_ERROR(check_output_path(path));
+  int fd = -1;
+  std::string tmp;
+  MSA_ENGINE_RETURN_IF_ERROR(create_temporary(path, &fd, &tmp));
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = errno_text();
+      close(fd);
+      unlink(tmp.c_str());
+      return io_error("cannot write '" + tmp + "': " + why);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (close(fd) != 0) {
+    const std::string why = errno_text();
+    unlink(tmp.c_str());
+    return io_error("cannot write '" + tmp + "': " + why);
+  }
+  // The path may have become a special file while the data was produced.
+  Status s = check_not_special(path);
+  if (s.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = io_error("cannot rename '" + tmp + "' to '" + path + "': " + errno_text());
+  }
+  if (!s.ok()) unlink(tmp.c_str());
+  return s;
 }
 
 Status read_file(const std::string& path, std::string* data) {

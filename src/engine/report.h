@@ -42,7 +42,18 @@ std::string format_summary(const json::Value& report);
 // Two panels: step latency against context length, and time per stage.
 Status render_plot_svg(const json::Value& report, std::string* svg);
 
-// Writes path.tmp, then renames it over path, so a failure never leaves a partial file.
+// kParseError naming the first missing or mistyped field unless `report` is an msa run report
+// (schema "msa-run-report/1") with every field format_summary and render_plot_svg read.
+Status validate_report(const json::Value& report);
+
+// Checks that `path` can take an output file, before the work that produces it: not empty, not
+// an existing file other than a regular one (a symlink, device, FIFO or directory is refused,
+// never replaced), and in an existing directory where a file can be created. kIoError otherwise.
+Status check_output_path(const std::string& path);
+
+// Writes a new temporary file beside `path` (path.tmp.XXXXXX, created exclusively), then renames
+// it over `path`, so a failure never leaves a partial file; refuses a path that
+// check_output_path refuses. The temporary file is removed on failure.
 Status write_file_atomic(const std::string& path, const std::string& text);
 Status read_file(const std::string& path, std::string* text);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -38,9 +39,55 @@ namespace {
 
 struct LayerBuffers {
   LayerKind kind = LayerKind::kDense;
-  KvCacheView kv;
-  TensorView index_cache;  // compute layers only
+  TensorView kv_storage;        // packed [num_blocks, Hkv, block_size, 2 * head_dim]
+  TensorView k_scale, v_scale;  // fp8 caches: per-layer scales
+  KvCacheView kv;               // views of kv_storage
+  TensorView index_cache;       // compute layers only
 };
+
+// One buffer the runner allocates: its dtype, shape and the view that receives it (nullptr when
+// only sizing).
+struct BufferSpec {
+  DType dtype;
+  std::vector<int64_t> shape;
+  TensorView* view;
+};
+
+// Bytes DeviceMemory::alloc takes for a buffer (rounded up to 256, at least 256), or
+// kInvalidArgument when the size does not fit int64.
+Status buffer_bytes(const BufferSpec& b, int64_t* bytes) {
+  int64_t n = dtype_size(b.dtype);
+  for (int64_t s : b.shape) {
+    if (s < 0 || __builtin_mul_overflow(n, s, &n)) {
+      return Status(StatusCode::kInvalidArgument,
+                    "a runner buffer's size does not fit int64 bytes (model or workload too "
+                    "large)");
+    }
+  }
+  if (n > INT64_MAX - 255) {
+    return Status(StatusCode::kInvalidArgument,
+                  "a runner buffer's size does not fit int64 bytes (model or workload too large)");
+  }
+  *bytes = n == 0 ? 256 : (n + 255) / 256 * 256;
+  return Status::Ok();
+}
+
+// A contiguous view of `data` with a shape of any length up to kMaxDims.
+TensorView contiguous_view(void* data, DType dtype, const std::vector<int64_t>& shape,
+                           Device device) {
+  TensorView t;
+  t.data = data;
+  t.dtype = dtype;
+  t.device = device;
+  t.ndim = static_cast<int>(shape.size());
+  int64_t stride = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    t.shape[d] = shape[static_cast<size_t>(d)];
+    t.strides[d] = stride;
+    stride *= shape[static_cast<size_t>(d)];
+  }
+  return t;
+}
 
 float element_to_float(const void* base, int64_t i, DType t) {
   switch (t) {
@@ -90,13 +137,18 @@ struct ModelRunner::Impl {
 
   Stream stream() const { return Stream{nullptr, o.threads}; }
 
-  Status make(DType t, std::initializer_list<int64_t> shape, TensorView* out_view) {
-    int64_t n = 1;
-    for (int64_t s : shape) n *= s;
+  // Every buffer init() allocates, in one list, so that the total can be checked before anything
+  // is allocated (ModelRunner::plan_bytes). With `dst` null the views are not recorded.
+  static std::vector<BufferSpec> buffers(const RunnerOptions& o, const std::vector<LayerKind>& plan,
+                                         Impl* dst);
+
+  Status make(const BufferSpec& b) {
+    int64_t bytes = 0;
+    ENGINE_RETURN_IF_ERROR(buffer_bytes(b, &bytes));
     Status st;
-    void* p = mem.alloc(static_cast<size_t>(n * dtype_size(t)), &st);
+    void* p = mem.alloc(static_cast<size_t>(bytes), &st);
     if (!st.ok()) return st;
-    *out_view = make_tensor(p, t, shape, o.device);
+    *b.view = contiguous_view(p, b.dtype, b.shape, o.device);
     return Status::Ok();
   }
 
@@ -133,6 +185,64 @@ struct ModelRunner::Impl {
   Status sample_fidelity(int layer, const Batch& b, int64_t row, FidelitySample* out);
 };
 
+std::vector<BufferSpec> ModelRunner::Impl::buffers(const RunnerOptions& o,
+                                                   const std::vector<LayerKind>& plan, Impl* dst) {
+  const ModelConfig& m = o.model;
+  const RankShape& sh = o.shape;
+  const int64_t nb = o.num_blocks;
+  const int64_t bs = m.sparse_block_size;
+  const int64_t T = o.max_batch_tokens;
+  const int64_t B = o.max_requests;
+  const int64_t mb = o.max_blocks_per_request;
+  const int64_t width = (static_cast<int64_t>(sh.num_q_heads) + 2 * sh.num_kv_heads) * sh.head_dim +
+                        (static_cast<int64_t>(sh.num_index_heads) + 1) * sh.index_dim;
+  std::vector<BufferSpec> v;
+  auto add = [&](DType t, std::vector<int64_t> shape, TensorView* view) {
+    v.push_back({t, std::move(shape), dst != nullptr ? view : nullptr});
+  };
+  for (size_t l = 0; l < plan.size(); ++l) {
+    LayerBuffers* lb = dst != nullptr ? &dst->layers[l] : nullptr;
+    add(o.kv_dtype, {nb, sh.num_kv_heads, bs, 2 * int64_t{sh.head_dim}},
+        lb ? &lb->kv_storage : nullptr);
+    if (o.kv_dtype == DType::kE4M3) {
+      add(DType::kF32, {1}, lb ? &lb->k_scale : nullptr);
+      add(DType::kF32, {1}, lb ? &lb->v_scale : nullptr);
+    }
+    // Only layers that recompute the top-k read or write an index cache (spec B10, item 9).
+    if (plan[l] == LayerKind::kSparseCompute && !o.dense_everywhere) {
+      add(o.index_dtype, {nb, bs, sh.index_dim}, lb ? &lb->index_cache : nullptr);
+    }
+  }
+  add(DType::kF32, {o.max_position, m.rotary_dim}, dst ? &dst->rope : nullptr);
+  add(DType::kF32, {sh.head_dim}, dst ? &dst->q_norm : nullptr);
+  add(DType::kF32, {sh.head_dim}, dst ? &dst->k_norm : nullptr);
+  add(DType::kF32, {sh.index_dim}, dst ? &dst->iq_norm : nullptr);
+  add(DType::kF32, {sh.index_dim}, dst ? &dst->ik_norm : nullptr);
+
+  add(DType::kI32, {B}, dst ? &dst->query_lens : nullptr);
+  add(DType::kI32, {B}, dst ? &dst->seq_lens : nullptr);
+  add(DType::kI32, {B, mb}, dst ? &dst->block_table : nullptr);
+  add(DType::kI32, {B, mb}, dst ? &dst->index_block_table : nullptr);
+  add(DType::kI32, {B + 1}, dst ? &dst->query_start_loc : nullptr);
+  add(DType::kI32, {B + 1}, dst ? &dst->prefill_cu : nullptr);
+  add(DType::kI32, {T}, dst ? &dst->token_position : nullptr);
+  add(DType::kI64, {T}, dst ? &dst->slot_mapping : nullptr);
+  add(DType::kI64, {T}, dst ? &dst->index_slot_mapping : nullptr);
+  add(DType::kI32, {4}, dst ? &dst->totals : nullptr);
+
+  add(DType::kBF16, {T, width}, dst ? &dst->qkv : nullptr);
+  add(DType::kBF16, {T, sh.num_q_heads, sh.head_dim}, dst ? &dst->q_out : nullptr);
+  add(o.index_dtype, {T, sh.num_index_heads, sh.index_dim}, dst ? &dst->iq_out : nullptr);
+  add(DType::kI32, {sh.num_index_heads, T, m.sparse_topk_blocks}, dst ? &dst->topk : nullptr);
+  add(DType::kF32, {T, sh.num_q_heads, sh.head_dim}, dst ? &dst->out : nullptr);
+  if (o.device.is_cuda()) {
+    add(DType::kI64, {T}, dst ? &dst->token_ids : nullptr);
+    add(DType::kI64, {T}, dst ? &dst->token_pos64 : nullptr);
+    add(DType::kI64, {T}, dst ? &dst->digests_dev : nullptr);
+  }
+  return v;
+}
+
 Status ModelRunner::Impl::init() {
   const ModelConfig& m = o.model;
   const RankShape& sh = o.shape;
@@ -144,37 +254,24 @@ Status ModelRunner::Impl::init() {
   row.block_size = m.sparse_block_size;
   width = row.width();
   dir_dim = std::max(sh.head_dim, sh.index_dim);
-  const int64_t nb = o.num_blocks;
-  const int64_t bs = m.sparse_block_size;
-  const int64_t T = o.max_batch_tokens;
-  const int64_t B = o.max_requests;
-  const int64_t mb = o.max_blocks_per_request;
 
   std::vector<LayerKind> plan;
   ENGINE_RETURN_IF_ERROR(plan_topk_reuse(m, &plan));
-  for (int l = 0; l < m.num_layers; ++l) {
-    LayerBuffers lb;
-    lb.kind = plan[static_cast<size_t>(l)];
-    TensorView cache;
-    ENGINE_RETURN_IF_ERROR(make(o.kv_dtype, {nb, sh.num_kv_heads, bs, 2 * sh.head_dim}, &cache));
-    ENGINE_RETURN_IF_ERROR(make_packed_kv_cache(cache, &lb.kv));
+  layers.resize(plan.size());
+  for (size_t l = 0; l < plan.size(); ++l) layers[l].kind = plan[l];
+  for (const BufferSpec& b : buffers(o, plan, this)) ENGINE_RETURN_IF_ERROR(make(b));
+
+  for (size_t l = 0; l < layers.size(); ++l) {
+    LayerBuffers& lb = layers[l];
+    ENGINE_RETURN_IF_ERROR(make_packed_kv_cache(lb.kv_storage, &lb.kv));
     if (o.kv_dtype == DType::kE4M3) {
-      TensorView ks, vs;
-      ENGINE_RETURN_IF_ERROR(make(DType::kF32, {1}, &ks));
-      ENGINE_RETURN_IF_ERROR(make(DType::kF32, {1}, &vs));
-      const float scale = kv_scale_for_layer(l);
-      ENGINE_RETURN_IF_ERROR(mem.upload(ks.data, &scale, sizeof(float)));
-      ENGINE_RETURN_IF_ERROR(mem.upload(vs.data, &scale, sizeof(float)));
-      ENGINE_RETURN_IF_ERROR(set_kv_scales(&lb.kv, KvScaleMode::kPerLayer, ks, vs));
+      const float scale = kv_scale_for_layer(static_cast<int>(l));
+      ENGINE_RETURN_IF_ERROR(mem.upload(lb.k_scale.data, &scale, sizeof(float)));
+      ENGINE_RETURN_IF_ERROR(mem.upload(lb.v_scale.data, &scale, sizeof(float)));
+      ENGINE_RETURN_IF_ERROR(set_kv_scales(&lb.kv, KvScaleMode::kPerLayer, lb.k_scale, lb.v_scale));
     }
-    // Only layers that recompute the top-k read or write an index cache (spec B10, item 9).
-    if (lb.kind == LayerKind::kSparseCompute && !o.dense_everywhere) {
-      ENGINE_RETURN_IF_ERROR(make(o.index_dtype, {nb, bs, sh.index_dim}, &lb.index_cache));
-    }
-    layers.push_back(lb);
   }
 
-  ENGINE_RETURN_IF_ERROR(make(DType::kF32, {o.max_position, m.rotary_dim}, &rope));
   RopeCacheArgs ra;
   ra.theta = m.rope_theta;
   ra.cos_sin_out = rope;
@@ -184,7 +281,6 @@ Status ModelRunner::Impl::init() {
   TensorView* norms[4] = {&q_norm, &k_norm, &iq_norm, &ik_norm};
   const int dims[4] = {sh.head_dim, sh.head_dim, sh.index_dim, sh.index_dim};
   for (int w = 0; w < 4; ++w) {
-    ENGINE_RETURN_IF_ERROR(make(DType::kF32, {dims[w]}, norms[w]));
     std::vector<float> v(static_cast<size_t>(dims[w]));
     for (int i = 0; i < dims[w]; ++i) {
       v[static_cast<size_t>(i)] =
@@ -192,28 +288,6 @@ Status ModelRunner::Impl::init() {
                                                static_cast<uint64_t>(i)));
     }
     ENGINE_RETURN_IF_ERROR(mem.upload(norms[w]->data, v.data(), v.size() * sizeof(float)));
-  }
-
-  ENGINE_RETURN_IF_ERROR(make(DType::kI32, {B}, &query_lens));
-  ENGINE_RETURN_IF_ERROR(make(DType::kI32, {B}, &seq_lens));
-  ENGINE_RETURN_IF_ERROR(make(DType::kI32, {B, mb}, &block_table));
-  ENGINE_RETURN_IF_ERROR(make(DType::kI32, {B, mb}, &index_block_table));
-  ENGINE_RETURN_IF_ERROR(make(DType::kI32, {B + 1}, &query_start_loc));
-  ENGINE_RETURN_IF_ERROR(make(DType::kI32, {B + 1}, &prefill_cu));
-  ENGINE_RETURN_IF_ERROR(make(DType::kI32, {T}, &token_position));
-  ENGINE_RETURN_IF_ERROR(make(DType::kI64, {T}, &slot_mapping));
-  ENGINE_RETURN_IF_ERROR(make(DType::kI64, {T}, &index_slot_mapping));
-  ENGINE_RETURN_IF_ERROR(make(DType::kI32, {4}, &totals));
-
-  ENGINE_RETURN_IF_ERROR(make(DType::kBF16, {T, width}, &qkv));
-  ENGINE_RETURN_IF_ERROR(make(DType::kBF16, {T, sh.num_q_heads, sh.head_dim}, &q_out));
-  ENGINE_RETURN_IF_ERROR(make(o.index_dtype, {T, sh.num_index_heads, sh.index_dim}, &iq_out));
-  ENGINE_RETURN_IF_ERROR(make(DType::kI32, {sh.num_index_heads, T, m.sparse_topk_blocks}, &topk));
-  ENGINE_RETURN_IF_ERROR(make(DType::kF32, {T, sh.num_q_heads, sh.head_dim}, &out));
-  if (o.device.is_cuda()) {
-    ENGINE_RETURN_IF_ERROR(make(DType::kI64, {T}, &token_ids));
-    ENGINE_RETURN_IF_ERROR(make(DType::kI64, {T}, &token_pos64));
-    ENGINE_RETURN_IF_ERROR(make(DType::kI64, {T}, &digests_dev));
   }
   return mem.synchronize();
 }
@@ -275,22 +349,24 @@ Status ModelRunner::Impl::prepare_step(const Batch& b, int64_t* num_tokens) {
   clock.start(kStageActivations);
   if (!o.device.is_cuda()) dirs.resize(static_cast<size_t>(T * 2 * dir_dim));
   const int bs = o.model.sparse_block_size;
-  detail::parallel_for(o.device.is_cuda() ? 0 : T, stream(), [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* qd = dirs.data() + t * 2 * dir_dim;
-      float* kd = qd + dir_dim;
-      const auto id = static_cast<uint64_t>(tok_id[static_cast<size_t>(t)]);
-      const int64_t p = tok_pos[static_cast<size_t>(t)];
-      int64_t focus[synth::kFocusBlocks];
-      for (int i = 0; i < synth::kFocusBlocks; ++i) {
-        focus[i] = synth::focus_block(o.seed, id, p, i, bs);
-      }
-      for (int d = 0; d < dir_dim; ++d) {
-        qd[d] = synth::query_direction(o.seed, id, focus, d);
-        kd[d] = synth::topic(o.seed, id, p / bs, d);
-      }
-    }
-  });
+  Status st = detail::parallel_for(
+      o.device.is_cuda() ? 0 : T, stream(), [&](int64_t begin, int64_t end, int) {
+        for (int64_t t = begin; t < end; ++t) {
+          float* qd = dirs.data() + t * 2 * dir_dim;
+          float* kd = qd + dir_dim;
+          const auto id = static_cast<uint64_t>(tok_id[static_cast<size_t>(t)]);
+          const int64_t p = tok_pos[static_cast<size_t>(t)];
+          int64_t focus[synth::kFocusBlocks];
+          for (int i = 0; i < synth::kFocusBlocks; ++i) {
+            focus[i] = synth::focus_block(o.seed, id, p, i, bs);
+          }
+          for (int d = 0; d < dir_dim; ++d) {
+            qd[d] = synth::query_direction(o.seed, id, focus, d);
+            kd[d] = synth::topic(o.seed, id, p / bs, d);
+          }
+        }
+      });
+  ENGINE_RETURN_IF_ERROR(st);
   if (o.device.is_cuda()) {
     std::vector<int64_t> ids(tok_id.begin(), tok_id.end());
     ENGINE_RETURN_IF_ERROR(mem.upload(token_ids.data, ids.data(), ids.size() * 8));
@@ -315,7 +391,7 @@ Status ModelRunner::Impl::synthesize(int layer, int64_t T) {
   }
 #endif
   uint16_t* dst = qkv.ptr<uint16_t>();
-  detail::parallel_for(T, stream(), [&](int64_t begin, int64_t end, int) {
+  const Status st = detail::parallel_for(T, stream(), [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       const float* qd = dirs.data() + t * 2 * dir_dim;
       const float* kd = qd + dir_dim;
@@ -330,7 +406,7 @@ Status ModelRunner::Impl::synthesize(int layer, int64_t T) {
     }
   });
   clock.stop(kStageActivations);
-  return Status::Ok();
+  return st;
 }
 
 Status ModelRunner::Impl::digest_layer(int layer, int64_t T) {
@@ -344,14 +420,14 @@ Status ModelRunner::Impl::digest_layer(int layer, int64_t T) {
   }
 #endif
   const float* src = out.ptr<float>();
-  detail::parallel_for(T, stream(), [&](int64_t begin, int64_t end, int) {
+  const Status st = detail::parallel_for(T, stream(), [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       digests[static_cast<size_t>(t)] = synth::fold_digest(
           digests[static_cast<size_t>(t)], synth::row_digest(src + t * n, n), layer);
     }
   });
   clock.stop(kStageReadback);
-  return Status::Ok();
+  return st;
 }
 
 Status ModelRunner::Impl::run_layer(int layer, const Batch& b, int64_t T,
@@ -605,6 +681,22 @@ ModelRunner::~ModelRunner() = default;
 
 size_t ModelRunner::device_bytes() const { return impl_->mem.bytes_allocated(); }
 
+Status ModelRunner::plan_bytes(const RunnerOptions& opts, int64_t* bytes) {
+  std::vector<LayerKind> plan;
+  ENGINE_RETURN_IF_ERROR(plan_topk_reuse(opts.model, &plan));
+  int64_t total = 0;
+  for (const BufferSpec& b : Impl::buffers(opts, plan, nullptr)) {
+    int64_t n = 0;
+    ENGINE_RETURN_IF_ERROR(buffer_bytes(b, &n));
+    if (__builtin_add_overflow(total, n, &total)) {
+      return Status(StatusCode::kInvalidArgument,
+                    "the runner's buffers do not fit int64 bytes (model or workload too large)");
+    }
+  }
+  *bytes = total;
+  return Status::Ok();
+}
+
 Status ModelRunner::create(const RunnerOptions& opts, std::unique_ptr<ModelRunner>* out) {
   if (opts.device.is_cuda()) {
 #if !MSA_ENGINE_CUDA
@@ -612,6 +704,24 @@ Status ModelRunner::create(const RunnerOptions& opts, std::unique_ptr<ModelRunne
                   "--backend cuda: this build has no CUDA support (configure with "
                   "-DMSA_WITH_CUDA=ON)");
 #endif
+  }
+  // Nothing is allocated before the whole plan is known to fit.
+  int64_t planned = 0;
+  ENGINE_RETURN_IF_ERROR(plan_bytes(opts, &planned));
+  size_t capacity = 0;
+  ENGINE_RETURN_IF_ERROR(device_capacity_bytes(opts.device, &capacity));
+  if (static_cast<uint64_t>(planned) > capacity) {
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    char msg[512];
+    std::snprintf(msg, sizeof(msg),
+                  "the model and workload need %.1f GiB of %s buffers (%d layers' caches of %d "
+                  "pages, activations for %d tokens per step), more than the %.1f GiB %s; "
+                  "lower --kv-blocks, --max-batch-tokens or the model size",
+                  static_cast<double>(planned) / gib, opts.device.is_cuda() ? "GPU" : "host",
+                  opts.model.num_layers, opts.num_blocks, opts.max_batch_tokens,
+                  static_cast<double>(capacity) / gib,
+                  opts.device.is_cuda() ? "free on the GPU" : "of memory of this machine");
+    return Status(StatusCode::kInvalidArgument, msg);
   }
   auto impl = std::make_unique<Impl>(opts);
   ENGINE_RETURN_IF_ERROR(impl->init());

@@ -72,6 +72,9 @@ class ModelRunner {
 
   const std::vector<LayerKind>& plan() const { return plan_; }
   size_t device_bytes() const;
+  // Bytes create() allocates for these options (device_bytes() right after create()); create()
+  // refuses with kInvalidArgument, before allocating anything, a plan larger than the device.
+  static Status plan_bytes(const RunnerOptions& opts, int64_t* bytes);
 
  private:
   struct Impl;

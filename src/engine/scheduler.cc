@@ -28,34 +28,52 @@ Scheduler::Scheduler(const SchedulerOptions& opts, std::vector<RequestSpec> requ
   }
 }
 
-Status Scheduler::validate() const {
-  const int query_len = decode_query_len();
-  if (opts_.spec_tokens < 0 || opts_.spec_tokens > 7) {
+Status Scheduler::check(const SchedulerOptions& opts, const std::vector<RequestSpec>& requests) {
+  const int query_len = opts.spec_tokens + 1;
+  if (opts.spec_tokens < 0 || opts.spec_tokens > 7) {
     return Status(StatusCode::kInvalidArgument,
-                  "--spec-tokens: " + std::to_string(opts_.spec_tokens) + ", expected 0..7");
+                  "--spec-tokens: " + std::to_string(opts.spec_tokens) + ", expected 0..7");
   }
-  if (!(opts_.spec_accept >= 0.0 && opts_.spec_accept <= 1.0)) {
+  if (!(opts.spec_accept >= 0.0 && opts.spec_accept <= 1.0)) {
     return Status(StatusCode::kInvalidArgument, "--spec-accept: expected a value in [0, 1]");
   }
-  if (opts_.max_batch_tokens < query_len) {
+  if (opts.max_batch_tokens < query_len) {
     return Status(StatusCode::kInvalidArgument,
-                  "--max-batch-tokens: " + std::to_string(opts_.max_batch_tokens) +
+                  "--max-batch-tokens: " + std::to_string(opts.max_batch_tokens) +
                       " is smaller than one decode row group (1 + spec tokens = " +
                       std::to_string(query_len) + ")");
   }
-  for (const auto& r : requests_) {
-    // Largest reservation: the last decode step, with the pending token and its drafts.
-    const int64_t tokens = r.spec.prompt_tokens + r.spec.output_tokens + query_len;
-    if (caches_.blocks_for(tokens) > opts_.num_blocks) {
+  if (opts.block_size < 1 || opts.num_blocks < 1) {
+    return Status(StatusCode::kInvalidArgument, "--kv-blocks: " + std::to_string(opts.num_blocks) +
+                                                    " pages of " + std::to_string(opts.block_size) +
+                                                    " tokens, expected positive values");
+  }
+  for (const auto& r : requests) {
+    if (r.prompt_tokens < 1 || r.output_tokens < 1 || r.prompt_tokens > kMaxRequestTokens ||
+        r.output_tokens > kMaxRequestTokens) {
       return Status(StatusCode::kInvalidArgument,
-                    "--kv-blocks: " + std::to_string(opts_.num_blocks) +
-                        " pages cannot hold request " + std::to_string(r.spec.id) + " (" +
-                        std::to_string(tokens) + " tokens need " +
-                        std::to_string(caches_.blocks_for(tokens)) + " pages of " +
-                        std::to_string(opts_.block_size) + ")");
+                    "request " + std::to_string(r.id) + ": " + std::to_string(r.prompt_tokens) +
+                        " prompt and " + std::to_string(r.output_tokens) +
+                        " output tokens, expected each in [1, 2^31 - 1]");
+    }
+    // Largest reservation: the last decode step, with the pending token and its drafts.
+    const int64_t tokens = r.prompt_tokens + r.output_tokens + query_len;
+    const int64_t pages = (tokens + opts.block_size - 1) / opts.block_size;
+    if (pages > opts.num_blocks) {
+      return Status(StatusCode::kInvalidArgument,
+                    "--kv-blocks: " + std::to_string(opts.num_blocks) +
+                        " pages cannot hold request " + std::to_string(r.id) + " (" +
+                        std::to_string(tokens) + " tokens need " + std::to_string(pages) +
+                        " pages of " + std::to_string(opts.block_size) + ")");
     }
   }
   return Status::Ok();
+}
+
+Status Scheduler::validate() const {
+  std::vector<RequestSpec> specs;
+  for (const auto& r : requests_) specs.push_back(r.spec);
+  return check(opts_, specs);
 }
 
 void Scheduler::admit_arrivals(double now_s) {

@@ -76,7 +76,10 @@ class Scheduler {
  public:
   Scheduler(const SchedulerOptions& opts, std::vector<RequestSpec> requests);
 
-  // Every request fits the pool and the budget on its own, so the run always progresses.
+  // The options are in range and every request fits the pool and the budget on its own, so the
+  // run always progresses. Needs no Scheduler (whose pools are num_blocks entries each): the
+  // engine checks before it allocates anything.
+  static Status check(const SchedulerOptions& opts, const std::vector<RequestSpec>& requests);
   Status validate() const;
 
   void admit_arrivals(double now_s);

@@ -98,6 +98,7 @@ struct RowShape {
   int index_dim = 0;
   int block_size = 128;
 
+  // Fits an int: rank_shape rejects ranks whose fused row does not.
   MSA_ENGINE_HD int width() const {
     return (num_q_heads + 2 * num_kv_heads) * head_dim + (num_index_heads + 1) * index_dim;
   }

@@ -79,11 +79,17 @@ Status parse_trace(const std::string& text, std::vector<RequestSpec>* out) {
       }
       r.arrival_s = arrival->as_number();
     }
-    if (prompt == nullptr || !prompt->is_integer() || prompt->as_int() < 1) {
-      return Status(StatusCode::kParseError, where + "prompt_tokens: expected an integer >= 1");
+    auto count = [](const json::Value* n) {
+      return n != nullptr && n->is_integer() && n->as_int() >= 1 &&
+             n->as_int() <= kMaxRequestTokens;
+    };
+    if (!count(prompt)) {
+      return Status(StatusCode::kParseError,
+                    where + "prompt_tokens: expected an integer in [1, 2^31 - 1]");
     }
-    if (output == nullptr || !output->is_integer() || output->as_int() < 1) {
-      return Status(StatusCode::kParseError, where + "output_tokens: expected an integer >= 1");
+    if (!count(output)) {
+      return Status(StatusCode::kParseError,
+                    where + "output_tokens: expected an integer in [1, 2^31 - 1]");
     }
     r.prompt_tokens = prompt->as_int();
     r.output_tokens = output->as_int();

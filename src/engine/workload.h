@@ -11,6 +11,9 @@
 namespace msa {
 namespace engine {
 
+// Token counts of one request are at most this (positions are int32 in the ops).
+constexpr int64_t kMaxRequestTokens = (int64_t{1} << 31) - 1;
+
 struct RequestSpec {
   int64_t id = 0;
   double arrival_s = 0.0;  // offset from the start of the run
@@ -33,7 +36,8 @@ struct WorkloadOptions {
 Status generate_workload(const WorkloadOptions& opts, std::vector<RequestSpec>* out);
 
 // One JSON object per non-empty line: {"arrival_s": s, "prompt_tokens": n, "output_tokens": m}
-// (arrival_s optional, default 0). Requests are numbered in file order and sorted by arrival.
+// (arrival_s optional, default 0; n and m in [1, kMaxRequestTokens]). Requests are numbered in file
+// order and sorted by arrival.
 Status parse_trace(const std::string& text, std::vector<RequestSpec>* out);
 Status load_trace(const std::string& path, std::vector<RequestSpec>* out);
 

@@ -1,12 +1,24 @@
 # Runs the msa program once and checks its exit status, output, files and report fields.
 # Variables: MSA (program), ARGS ('|'-separated), RC, STDOUT_RE, STDERR_RE, FILE (must exist,
-# and be fresh), NO_FILE (must not exist, nor its .tmp), JSON_KEYS ('|'-separated dotted paths
-# that must exist in FILE; numeric components index arrays).
+# and be fresh), NO_FILE (must not exist, nor any temporary file beside it), JSON_KEYS
+# ('|'-separated dotted paths that must exist in FILE; numeric components index arrays),
+# LIMIT_KB (when set, the program's address space is limited to that many KiB, so a run that
+# allocates before it validates fails), LINK (a symbolic link created before the run, to a file
+# LINK.target; both must be unchanged after it).
 string(REPLACE "|" ";" args "${ARGS}")
 if(FILE)
   file(REMOVE "${FILE}")
 endif()
-execute_process(COMMAND ${MSA} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out
+if(LINK)
+  file(REMOVE "${LINK}" "${LINK}.target")
+  file(WRITE "${LINK}.target" "keep")
+  file(CREATE_LINK "${LINK}.target" "${LINK}" SYMBOLIC)
+endif()
+set(command ${MSA} ${args})
+if(LIMIT_KB)
+  set(command sh -c "ulimit -v ${LIMIT_KB} && exec \"$0\" \"$@\"" ${MSA} ${args})
+endif()
+execute_process(COMMAND ${command} RESULT_VARIABLE rc OUTPUT_VARIABLE out
   ERROR_VARIABLE err)
 if(NOT rc STREQUAL RC)
   message(FATAL_ERROR "exit status ${rc}, expected ${RC}\nstdout:\n${out}\nstderr:\n${err}")
@@ -17,15 +29,29 @@ endif()
 if(STDERR_RE AND NOT err MATCHES "${STDERR_RE}")
   message(FATAL_ERROR "stderr does not match '${STDERR_RE}':\n${err}")
 endif()
-if(NO_FILE AND (EXISTS "${NO_FILE}" OR EXISTS "${NO_FILE}.tmp"))
-  message(FATAL_ERROR "a failed run left '${NO_FILE}' behind")
+if(NO_FILE)
+  file(GLOB leftovers "${NO_FILE}.tmp*")
+  if(EXISTS "${NO_FILE}" OR leftovers)
+    message(FATAL_ERROR "a failed run left '${NO_FILE}' ${leftovers} behind")
+  endif()
+endif()
+if(LINK)
+  file(READ "${LINK}.target" target_content)
+  if(NOT IS_SYMLINK "${LINK}" OR NOT target_content STREQUAL "keep")
+    message(FATAL_ERROR "the symbolic link '${LINK}' or its target was replaced or written")
+  endif()
+  file(GLOB leftovers "${LINK}.tmp*")
+  if(leftovers)
+    message(FATAL_ERROR "temporary files left behind: ${leftovers}")
+  endif()
 endif()
 if(FILE)
   if(NOT EXISTS "${FILE}")
     message(FATAL_ERROR "'${FILE}' was not written")
   endif()
-  if(EXISTS "${FILE}.tmp")
-    message(FATAL_ERROR "'${FILE}.tmp' was left behind")
+  file(GLOB leftovers "${FILE}.tmp*")
+  if(leftovers)
+    message(FATAL_ERROR "temporary files left behind: ${leftovers}")
   endif()
   file(READ "${FILE}" content)
   if(FILE MATCHES "\\.svg$" AND NOT content MATCHES "^<svg .*</svg>")

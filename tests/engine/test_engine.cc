@@ -3,9 +3,13 @@
 #include "engine/engine.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "engine/runner.h"
 #include "engine_test_util.h"
 
 namespace msa {
@@ -132,6 +136,83 @@ TEST(Engine, DenseBaselineRunsNoIndexer) {
   const RunResult r = run(o, reqs);
   EXPECT_TRUE(r.samples.empty());
   for (const auto& s : r.steps) EXPECT_EQ(s.stages[kStageIndexer], 0.0);
+}
+
+long peak_rss_kb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+// The runner's buffers for a small workload, as run_engine sizes them.
+RunnerOptions small_runner() {
+  const auto reqs = small_workload(3);
+  const EngineOptions e = small_engine(reqs);
+  RunnerOptions ro = e.runner;
+  ro.num_blocks = e.scheduler.num_blocks;
+  ro.max_batch_tokens = e.scheduler.max_batch_tokens;
+  ro.max_requests = 3;
+  ro.max_blocks_per_request = 20;
+  ro.max_position = 320;
+  return ro;
+}
+
+TEST(Engine, RunnerAllocatesExactlyItsPlan) {
+  // The size check before allocation is only as good as the plan: it must list every buffer.
+  for (DType kv : {DType::kBF16, DType::kE4M3}) {
+    for (bool dense : {false, true}) {
+      RunnerOptions ro = small_runner();
+      ro.kv_dtype = kv;
+      ro.index_dtype = kv;
+      ro.dense_everywhere = dense;
+      ro.model.use_index_cache = true;
+      ro.model.index_topk_freq = 2;
+      int64_t planned = 0;
+      ASSERT_TRUE(ModelRunner::plan_bytes(ro, &planned).ok());
+      std::unique_ptr<ModelRunner> runner;
+      const Status s = ModelRunner::create(ro, &runner);
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      EXPECT_EQ(static_cast<int64_t>(runner->device_bytes()), planned)
+          << dtype_name(kv) << (dense ? " dense" : " sparse");
+    }
+  }
+}
+
+TEST(Engine, RefusesBuffersLargerThanTheMachineBeforeAllocating) {
+  // 2^30 tokens per step: the fused rows alone need 2^30 * 6 * 64 * 2 bytes = 768 GiB.
+  RunnerOptions ro = small_runner();
+  ro.max_batch_tokens = 1 << 30;
+  std::unique_ptr<ModelRunner> runner;
+  const Status s = ModelRunner::create(ro, &runner);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("GiB of host buffers"), std::string::npos) << s.to_string();
+  EXPECT_EQ(runner, nullptr);
+  // A size past int64 is an argument error too, not a wrapped allocation.
+  ro.max_batch_tokens = 1 << 30;
+  ro.model.max_position_embeddings = 1 << 30;
+  ro.max_position = int64_t{1} << 62;
+  int64_t planned = 0;
+  EXPECT_EQ(ModelRunner::plan_bytes(ro, &planned).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Engine, ValidatesTheWorkloadBeforeAllocating) {
+  // A request beyond max_position_embeddings with a pool of 2^30 pages (about 10 GB of
+  // scheduler bookkeeping and far more of caches): the answer must come before any of it.
+  const auto reqs = small_workload(1);
+  EngineOptions o = small_engine(reqs);
+  std::vector<RequestSpec> huge = reqs;
+  huge[0].prompt_tokens = (int64_t{1} << 31) - 1;
+  o.scheduler.num_blocks = 1 << 30;
+  RunResult r;
+  const long rss_before = peak_rss_kb();
+  const Status s = run_engine(o, huge, nullptr, &r);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("max_position_embeddings"), std::string::npos) << s.to_string();
+  EXPECT_LT(peak_rss_kb() - rss_before, 256 * 1024) << "the engine allocated before validating";
+  // Token counts past int32 positions are refused whatever the pool.
+  huge[0].prompt_tokens = int64_t{1} << 40;
+  const Status t = run_engine(o, huge, nullptr, &r);
+  EXPECT_EQ(t.code(), StatusCode::kInvalidArgument) << t.to_string();
 }
 
 }  // namespace

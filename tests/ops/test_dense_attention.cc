@@ -4,6 +4,7 @@
 // scale modes, thread-count invariance and bad inputs.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -84,6 +85,16 @@ std::vector<NamedSpec> dense_specs() {
     s.softmax_scale = 0.03f;
     s.seed = 5;
     v.push_back({"E4m3NoneF16", s});
+  }
+  {
+    // A speculative decode batch in prefill form (spec A8): padded requests (seq_len 0) keep
+    // their L rows, which attend to nothing.
+    BatchSpec s;
+    s.num_q_heads = 8;
+    s.seq_lens = {0, 300, 0, 4};
+    s.query_lens = {4, 4, 4, 4};
+    s.seed = 8;
+    v.push_back({"DecodeBatchWithPaddedRequests", s});
   }
   {
     // NaN in every slot past each request's length (K, V and scales): never visible, so the
@@ -175,6 +186,25 @@ TEST(DenseAttention, DeterministicAcrossThreadCounts) {
     ASSERT_TRUE(attn::run_batch(*b, Stream{nullptr, threads}).ok());
     EXPECT_TRUE(attn::same_bytes(ref->out, b->out)) << threads << " threads: out differs";
     EXPECT_TRUE(attn::same_bytes(ref->lse, b->lse)) << threads << " threads: lse differs";
+  }
+}
+
+TEST(DenseAttention, PaddedDecodeRequestAttendsToNothing) {
+  MSA_REQUIRE_TEST_DEVICE();
+  // cu_seqlens_q [0, 1], seq_lens [0]: one padded decode request of one row.
+  BatchSpec s;
+  s.form = Form::kDense;
+  s.num_q_heads = 4;
+  s.head_dim = 64;
+  s.seq_lens = {0};
+  s.query_lens = {1};
+  std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
+  const Status st = attn::run_batch(*b);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(b->flags.get_flat(0), 0);
+  for (int64_t i = 0; i < b->out.numel(); ++i) ASSERT_EQ(b->out.get_flat(i), 0.0) << i;
+  for (int64_t i = 0; i < b->lse.numel(); ++i) {
+    ASSERT_TRUE(std::isinf(b->lse.get_flat(i)) && b->lse.get_flat(i) < 0) << i;
   }
 }
 

@@ -55,7 +55,11 @@ struct FusedCase {
 constexpr int64_t kBlockSize = 16;
 
 bool sparse_mode(const FusedCase& c) { return c.mode == PreAttentionMode::kSparse; }
+// The index cache is written in sparse mode; skip-index calls pass it through untouched.
 bool has_index_cache(const FusedCase& c) { return sparse_mode(c) && c.index_cache; }
+bool passes_index_cache(const FusedCase& c) {
+  return (sparse_mode(c) || c.mode == PreAttentionMode::kSkipIndex) && c.index_cache;
+}
 bool has_index_q_out(const FusedCase& c) { return sparse_mode(c) && c.index_q_out; }
 bool full_width(const FusedCase& c) {
   return c.mode != PreAttentionMode::kDense || c.dense_full_width;
@@ -96,7 +100,7 @@ struct Fixture {
       a.slot_mapping = slots.view();
       a.kv_cache = kv;
     }
-    if (has_index_cache(c)) {
+    if (passes_index_cache(c)) {
       a.index_cache = index_cache.view();
       if (c.separate_index_slots) a.index_slot_mapping = index_slots.view();
     }
@@ -115,7 +119,7 @@ struct Fixture {
   void download_all() {
     qkv.download();
     if (c.layout != Layout::kNone) kv_storage.download();
-    if (has_index_cache(c)) index_cache.download();
+    if (passes_index_cache(c)) index_cache.download();
     if (c.q_out) q_out.download();
     if (has_index_q_out(c)) index_q_out.download();
     flags.download();
@@ -606,13 +610,16 @@ TEST(FusedQkNormRope, DenseMode) {
 
 TEST(FusedQkNormRope, SkipIndexLeavesIndexSegmentsAndCacheUntouched) {
   MSA_REQUIRE_TEST_DEVICE();
-  // verify() expects index segments bit-unchanged outside sparse mode and the whole index cache
-  // unchanged (no index cache is passed: passing one is rejected, see BadInputs).
+  // verify() expects index segments bit-unchanged outside sparse mode and every bit of the
+  // index cache unchanged: engines pass a reuse layer's index cache (and index slots) through
+  // (spec A11), and the op must accept it without writing it.
   for (int tp : {4, 8}) {
     FusedCase c = tp_case(tp, 12);
     c.mode = PreAttentionMode::kSkipIndex;
     c.q_out = tp == 8;
     c.layout = Layout::kSplitNhd;
+    c.separate_index_slots = tp == 8;
+    c.index_cache_dtype = tp == 8 ? DType::kE4M3 : DType::kBF16;
     run_case(c);
   }
 }
@@ -927,7 +934,7 @@ TEST_F(FusedBadInput, OptionalArgumentCombinations) {
       "index_slot_mapping", "index_slot_mapping without index_cache");
   expect_invalid([](A& a) { a.index_q_norm_weight = TensorView(); }, "index_q_norm_weight",
                  "sparse mode without index weights");
-  // Index outputs outside sparse mode would be silent no-ops.
+  // index_q_out outside sparse mode would be a silent no-op.
   for (PreAttentionMode mode : {PreAttentionMode::kDense, PreAttentionMode::kSkipIndex}) {
     const std::string m = mode == PreAttentionMode::kDense ? "dense" : "skip-index";
     expect_invalid(
@@ -936,21 +943,38 @@ TEST_F(FusedBadInput, OptionalArgumentCombinations) {
           a.index_cache = TensorView();
         },
         "index_q_out", m);
-    expect_invalid(
-        [&](A& a) {
-          a.mode = mode;
-          a.index_q_out = TensorView();
-        },
-        "index_cache", m);
-    expect_invalid(
-        [&](A& a) {
-          a.mode = mode;
-          a.index_q_out = TensorView();
-          a.index_cache = TensorView();
-          a.index_slot_mapping = fx_.index_slots.view();
-        },
-        "index_slot_mapping", m);
   }
+  // Dense layers have no index cache; skip-index layers may pass theirs through (see
+  // SkipIndexLeavesIndexSegmentsAndCacheUntouched), but it must still be a valid one.
+  expect_invalid(
+      [&](A& a) {
+        a.mode = PreAttentionMode::kDense;
+        a.index_q_out = TensorView();
+      },
+      "index_cache", "dense");
+  expect_invalid(
+      [&](A& a) {
+        a.mode = PreAttentionMode::kDense;
+        a.index_q_out = TensorView();
+        a.index_cache = TensorView();
+        a.index_slot_mapping = fx_.index_slots.view();
+      },
+      "index_slot_mapping", "dense");
+  expect_invalid(
+      [&](A& a) {
+        a.mode = PreAttentionMode::kSkipIndex;
+        a.index_q_out = TensorView();
+        a.index_cache.strides[2] = 2;
+      },
+      "index_cache", "skip-index, last stride 2");
+  expect_invalid(
+      [&](A& a) {
+        a.mode = PreAttentionMode::kSkipIndex;
+        a.index_q_out = TensorView();
+        a.index_cache = TensorView();
+        a.index_slot_mapping = fx_.index_slots.view();
+      },
+      "index_slot_mapping", "skip-index, without index_cache");
 }
 
 // Out-of-range values inside tensors: the CPU backend rejects the call with kOutOfRange before

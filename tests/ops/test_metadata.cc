@@ -226,6 +226,17 @@ TEST(BatchMetadata, MixedDecodeAndPrefillWithSpareCapacity) {
   check_case(make_input(3, 2, {2, 0, 2, 5, 129, 1}, {9, 0, 200, 5, 300, 64}, 37, true, 4));
 }
 
+TEST(BatchMetadata, TotalKvBlocksCountsPrefillsOnly) {
+  MSA_REQUIRE_TEST_DEVICE();
+  // Spec B6: total_kv_blocks sizes the prefill-side structures, so the decode requests' 3 + 2
+  // blocks are not in it; the prefills hold 1 + 3.
+  const oracle::MetadataInput in =
+      make_input(2, 1, {1, 1, 5, 260}, {300, 129, 5, 260}, 0, false, 6);
+  MetadataBuffers b = run_case(in, test_device());
+  EXPECT_EQ(values(b.totals), (std::vector<int64_t>{2, 265, 267, 4}));
+  expect_matches_oracle(in, b);
+}
+
 TEST(BatchMetadata, EmptyBatchFillsPadding) {
   MSA_REQUIRE_TEST_DEVICE();
   check_case(make_input(0, 1, {}, {}, 10, false, 5));

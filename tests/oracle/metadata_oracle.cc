@@ -47,10 +47,10 @@ MetadataOutput batch_metadata(const MetadataInput& in) {
     int64_t blocks = 0;
     while (blocks * in.block_size < s) ++blocks;
     out.kv_block_counts.push_back(blocks);
-    kv_blocks += blocks;
     if (b < nd) {
       decode_tokens += L;
     } else {
+      kv_blocks += blocks;  // total_kv_blocks: prefill requests only (spec B6)
       out.prefill_cu_seqlens_q.push_back(prefill_tokens);
       out.prefill_cu_seqlens_k.push_back(keys);
       prefill_tokens += q;

@@ -32,7 +32,7 @@ struct MetadataOutput {
   std::vector<int64_t> token_position;        // [token_capacity]
   std::vector<int64_t> slot_mapping;          // [token_capacity]
   std::vector<int64_t> index_slot_mapping;    // [token_capacity]; -1 when no index table
-  std::vector<int64_t> totals;                // [4]
+  std::vector<int64_t> totals;                // [4]; [3] sums prefill requests' blocks
 };
 
 MetadataOutput batch_metadata(const MetadataInput& in);

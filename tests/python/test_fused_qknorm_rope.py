@@ -48,7 +48,7 @@ def make_case(device: str, mode: str, layout: str, cache_dtype: torch.dtype, sca
         index_slot_mapping=index_slots.to(device),
         index_cache=randn(NUM_BLOCKS, BLOCK, DI, gen=gen, dtype=index_dtype, device=device),
     )
-    if mode != "sparse":  # no index branch: index slots and cache are not accepted
+    if mode == "dense":  # dense layers have no index cache; skip_index passes it through
         del case["index_slot_mapping"], case["index_cache"]
     if separate_outputs:
         case["q_out"] = torch.zeros(T, NQ, D, dtype=torch.bfloat16, device=device)

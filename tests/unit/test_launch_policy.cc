@@ -587,3 +587,32 @@ TEST(LaunchPolicy, AttentionCoversEverySubtileExactlyOnce) {
 }  // namespace
 }  // namespace detail
 }  // namespace msa
+
+namespace msa {
+namespace detail {
+namespace {
+
+// Batch-invariant plans depend on the row's subtile capacity only: the same pieces for any
+// batch, 32 subtiles (4 blocks of 128 keys) each, merged by kernel, no cluster or one-block CTAs.
+TEST(AttentionLaunchPolicy, InvariantPlanIgnoresTheBatch) {
+  for (int64_t rows : {int64_t{1}, int64_t{7}, int64_t{64}, int64_t{100000}}) {
+    const AttnLaunchPlan p = plan_attention_invariant(rows, 128);
+    EXPECT_EQ(p.rows, rows);
+    EXPECT_EQ(p.splits, 4);
+    EXPECT_EQ(p.subtiles_per_split, 32);
+    EXPECT_FALSE(p.cluster);
+    EXPECT_FALSE(p.block_ctas);
+  }
+  const AttnLaunchPlan one = plan_attention_invariant(5, 16);  // top-2 of 128-key blocks
+  EXPECT_EQ(one.splits, 1);
+  EXPECT_EQ(one.subtiles_per_split, 16);
+  // Lists longer than kAttnMaxSplits pieces of 32: pieces grow (whole warps), count capped.
+  const AttnLaunchPlan wide = plan_attention_invariant(3, 256 * 8);
+  EXPECT_LE(wide.splits, kAttnMaxSplits);
+  EXPECT_EQ(wide.subtiles_per_split % kAttnWarpsPerCta, 0);
+  EXPECT_GE(wide.splits * wide.subtiles_per_split, 256 * 8);
+}
+
+}  // namespace
+}  // namespace detail
+}  // namespace msa

@@ -67,6 +67,64 @@ TEST(TensorView, ContiguityIgnoresSizeOneDims) {
   EXPECT_FALSE(make_strided_tensor(x, DType::kI32, {2, 3}, {1, 2}).is_contiguous());
 }
 
+TEST(TensorView, TooManyDimsGiveAnInvalidView) {
+  // Guard words around the view: make_tensor with 7 dimensions used to write past the arrays.
+  struct Guarded {
+    int64_t before[4] = {1, 2, 3, 4};
+    TensorView view;
+    int64_t after[16] = {};
+  } g;
+  int32_t x[1];
+  g.view = make_tensor(x, DType::kI32, {1, 1, 1, 1, 1, 1, 1});
+  EXPECT_EQ(g.view.ndim, kInvalidNdim);
+  EXPECT_EQ(g.view.data, x);  // still "given": an optional argument is not silently dropped
+  EXPECT_EQ(g.view.numel(), -1);
+  EXPECT_FALSE(g.view.is_contiguous());
+  g.view = make_strided_tensor(x, DType::kI32, {1, 1, 1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 1, 1, 1});
+  EXPECT_EQ(g.view.ndim, kInvalidNdim);
+  for (int64_t w : g.after) EXPECT_EQ(w, 0);
+  EXPECT_EQ(g.before[3], 4);
+  // Strides and shape of different lengths.
+  EXPECT_EQ(make_strided_tensor(x, DType::kI32, {1, 1}, {1}).ndim, kInvalidNdim);
+  EXPECT_EQ(make_strided_tensor(x, DType::kI32, {1}, {1, 1}).ndim, kInvalidNdim);
+  // A shape whose row-major strides do not fit int64.
+  EXPECT_EQ(make_tensor(x, DType::kI32, {int64_t{1} << 40, int64_t{1} << 40}).ndim, kInvalidNdim);
+  // Six dimensions are fine.
+  EXPECT_EQ(make_tensor(x, DType::kI32, {1, 1, 1, 1, 1, 1}).ndim, 6);
+}
+
+TEST(TensorView, HelpersRejectDimensionsOutsideTheView) {
+  int32_t x[6];
+  const TensorView t = make_tensor(x, DType::kI32, {2, 3});
+  EXPECT_EQ(t.select(2, 0).ndim, kInvalidNdim);
+  EXPECT_EQ(t.select(-1, 0).ndim, kInvalidNdim);
+  EXPECT_EQ(t.slice(6, 0, 1).ndim, kInvalidNdim);
+  EXPECT_EQ(t.slice(-1, 0, 1).ndim, kInvalidNdim);
+  EXPECT_EQ(t.permute({0, 2}).ndim, kInvalidNdim);
+  EXPECT_EQ(t.permute({0, 0}).ndim, kInvalidNdim);
+  EXPECT_EQ(t.permute({0, 1, 2}).ndim, kInvalidNdim);
+  EXPECT_EQ(t.permute({1, 0}).ndim, 2);
+  // A byte offset past int64.
+  EXPECT_EQ(t.select(0, int64_t{1} << 62).ndim, kInvalidNdim);
+  // Views of an invalid view stay invalid; a view with a rank past kMaxDims is read safely.
+  TensorView bad = t;
+  bad.ndim = 100;
+  EXPECT_EQ(bad.numel(), -1);
+  EXPECT_FALSE(bad.is_contiguous());
+  EXPECT_EQ(bad.offset({1, 1, 1, 1, 1, 1, 1, 1}), 0);
+  EXPECT_EQ(bad.select(0, 0).ndim, kInvalidNdim);
+  EXPECT_EQ(bad.slice(0, 0, 1).ndim, kInvalidNdim);
+  EXPECT_EQ(bad.permute({0}).ndim, kInvalidNdim);
+}
+
+TEST(TensorView, NumelReportsOverflow) {
+  int32_t x[1];
+  const TensorView t =
+      make_strided_tensor(x, DType::kI32, {int64_t{1} << 40, int64_t{1} << 40}, {0, 0});
+  EXPECT_EQ(t.numel(), -1);
+  EXPECT_EQ(make_strided_tensor(x, DType::kI32, {int64_t{1} << 40, 0}, {0, 0}).numel(), 0);
+}
+
 TEST(KvCacheLayout, PackedSplitsContentDims) {
   const int64_t nb = 3, hkv = 2, bs = 128, d = 128;
   std::vector<uint16_t> storage(static_cast<size_t>(nb * hkv * bs * 2 * d));

@@ -150,8 +150,10 @@ AttnPlan plan_with(const AttnProblem& pb, int64_t rows, const DeviceLimits& dev,
                                        dev.sms, dev.clusters, block ? pb.topk.shape[2] : 0);
 }
 
-// The plan a call runs (its strides and Q's alignment decide whether the one-block kernel can).
+// The plan a call runs (its strides and Q's alignment decide whether the one-block kernel can);
+// batch-invariant calls split every row the same way whatever the batch.
 AttnPlan plan(const AttnProblem& pb, int64_t rows, const DeviceLimits& dev) {
+  if (pb.batch_invariant) return detail::plan_attention_invariant(rows, max_subtiles(pb));
   return plan_with(pb, rows, dev, block_kernel_fits(pb));
 }
 
@@ -174,6 +176,7 @@ size_t plan_bytes(const AttnProblem& pb, const AttnPlan& p) {
 // shapes allow the one-block kernel, both plans count, with it and without it: whether it runs
 // depends on Q's alignment, which the tensors the size was asked with need not share.
 size_t workspace_bytes(const AttnProblem& pb, const DeviceLimits& dev) {
+  if (pb.batch_invariant) return plan_bytes(pb, plan(pb, pb.num_rows(), dev));
   size_t bytes = 0;
   const int64_t limit = std::min<int64_t>(pb.num_rows(), detail::kAttnCtasPerSm * dev.sms);
   for (int64_t rows = 1; rows <= limit; ++rows) {

@@ -91,7 +91,7 @@ Status launch_for_dtype(const AttentionProblem& pb, const CUtensorMap& k_map,
 }  // namespace
 
 bool attention_supported(const AttentionProblem& pb) {
-  if (tensor_cores_disabled()) return false;
+  if (!tensor_cores_enabled()) return false;
   const KvCacheView& kv = pb.kv;
   if (pb.q.shape[2] != kAttnDim || kv.head_dim() != kAttnDim || kv.block_size() != kAttnKeys)
     return false;
@@ -100,7 +100,7 @@ bool attention_supported(const AttentionProblem& pb) {
   const int64_t group = pb.q.shape[1] / hkv;
   if (group != 8 && group != 16) return false;
   const int64_t requests = std::max<int64_t>(pb.seq_lens.shape[0], 1);
-  if (pb.q.shape[0] < kAttnMinRowsPerRequest * requests) return false;
+  if (!pb.batch_invariant && pb.q.shape[0] < kAttnMinRowsPerRequest * requests) return false;
   const DType kt = kv.k.dtype, qt = pb.q.dtype;
   const bool dtypes = (qt == DType::kBF16 && (kt == DType::kBF16 || kt == DType::kE4M3)) ||
                       (qt == DType::kF16 && kt == DType::kF16);

@@ -28,9 +28,11 @@ bool device_is_sm90() {
   return major == 9 && minor == 0;
 }
 
-bool tensor_cores_disabled() {
+bool tensor_cores_enabled() {
   const char* v = std::getenv("MSA_CUDA_PREFILL");
-  return v != nullptr && std::strcmp(v, "simt") == 0;
+  if (v != nullptr && std::strcmp(v, "tc") == 0) return true;
+  if (v != nullptr && std::strcmp(v, "simt") == 0) return false;
+  return kPrefillTensorCoresByDefault;
 }
 
 namespace {
@@ -81,7 +83,7 @@ Status launch_scores(const IndexProblem& pb, const IndexScoreParams& prm, dim3 g
 }  // namespace
 
 bool index_scores_supported(const IndexProblem& pb) {
-  if (tensor_cores_disabled()) return false;
+  if (!tensor_cores_enabled()) return false;
   if (pb.query_len != 0 || pb.head_dim() != kIndexDim || pb.block_size() != kIndexKeys)
     return false;
   const DType qt = pb.index_q.dtype, kt = pb.index_cache.dtype;
@@ -90,7 +92,8 @@ bool index_scores_supported(const IndexProblem& pb) {
   if (!bf16 && !fp8) return false;
   const int64_t H = pb.num_heads();
   if (H < 1 || kIndexRows % H != 0) return false;
-  if (pb.num_rows() < kIndexMinRowsPerRequest * std::max<int64_t>(pb.num_requests(), 1))
+  if (!pb.batch_invariant &&
+      pb.num_rows() < kIndexMinRowsPerRequest * std::max<int64_t>(pb.num_requests(), 1))
     return false;
   const int64_t es = fp8 ? 1 : 2;
   if (!rows_aligned(pb.index_q, es)) return false;

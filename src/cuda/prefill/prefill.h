@@ -18,17 +18,19 @@ namespace prefill {
 // Whether the current device runs sm_90a code (compute capability 9.0).
 bool device_is_sm90();
 
-// The environment variable MSA_CUDA_PREFILL=simt turns the tensor-core prefill kernels off for
-// the calls made while it is set (read at every call), so that benchmarks can time the previous
-// CUDA-core kernels on the same inputs in one process. Any other value, or none, leaves them on.
-bool tensor_cores_disabled();
+// Whether calls may take the tensor-core prefill kernels, from the environment variable
+// MSA_CUDA_PREFILL, read at every call: "tc" turns them on, "simt" off; unset or any other value
+// gives kPrefillTensorCoresByDefault. Off by default until they pass the CUDA suite on a GPU
+// (docs/api.md); the CUDA test binary and bench/prefill_bench.py set the variable themselves.
+constexpr bool kPrefillTensorCoresByDefault = false;
+bool tensor_cores_enabled();
 
 // ---- Index scores ----
 
 // Whether the tensor-core scorer serves this prefill problem: index head dim and block size 128,
 // index_q and keys both bf16 or both e4m3, H_idx dividing 32, 16-byte aligned query rows, a
 // cache TMA can read, and on average at least kIndexMinRowsPerRequest rows per request (a tile
-// computes 128 rows; shorter requests waste most of it).
+// computes 128 rows; shorter requests waste most of it) unless the call is batch invariant.
 constexpr int64_t kIndexMinRowsPerRequest = 32;
 bool index_scores_supported(const detail::IndexTopkProblem& pb);
 // Workspace of the scorer beside the block-maxima buffer (its tile plan).
@@ -46,7 +48,7 @@ using detail::AttentionProblem;  // the prefill and dense forms
 // heads per KV head, q bf16 with a bf16 or e4m3 cache (scale none or per layer) or q f16 with an
 // f16 cache, out q's dtype or f32, TMA-readable 16-bit caches and 16-byte aligned q rows, top-k
 // width * tokens per tile <= 256 (sparse), and on average at least kAttnMinRowsPerRequest rows per
-// request (decode-like batches keep the split-KV kernels).
+// request (decode-like batches keep the split-KV kernels) unless the call is batch invariant.
 constexpr int64_t kAttnMinRowsPerRequest = 8;
 bool attention_supported(const AttentionProblem& pb);
 size_t attention_workspace_bytes(const AttentionProblem& pb);

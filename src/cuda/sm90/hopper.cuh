@@ -176,14 +176,16 @@ __device__ __forceinline__ void named_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;" : : "r"(id), "r"(threads) : "memory");
 }
 
-// Bulk tensor copies into shared memory, completing on `bar`.
+// Bulk tensor copies into shared memory, completing on `bar`, with the normal L2 eviction policy
+// (the instruction form CuTe emits takes an explicit cache policy).
+constexpr uint64_t kEvictNormal = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL);
 __device__ __forceinline__ void tma_load_3d(const void* map, uint64_t* bar, void* smem, int32_t c0,
                                             int32_t c1, int32_t c2) {
-  cute::SM90_TMA_LOAD_3D::copy(map, bar, 0, smem, c0, c1, c2);
+  cute::SM90_TMA_LOAD_3D::copy(map, bar, kEvictNormal, smem, c0, c1, c2);
 }
 __device__ __forceinline__ void tma_load_4d(const void* map, uint64_t* bar, void* smem, int32_t c0,
                                             int32_t c1, int32_t c2, int32_t c3) {
-  cute::SM90_TMA_LOAD_4D::copy(map, bar, 0, smem, c0, c1, c2, c3);
+  cute::SM90_TMA_LOAD_4D::copy(map, bar, kEvictNormal, smem, c0, c1, c2, c3);
 }
 __device__ __forceinline__ void tma_prefetch_map(const void* map) {
   cute::prefetch_tma_descriptor(static_cast<const cute::TmaDescriptor*>(map));

@@ -1,0 +1,125 @@
+// Report files: output paths are checked before a run and special files are never replaced;
+// `msa report` accepts only run reports with every field it reads.
+#include "engine/report.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <system_error>
+
+namespace msa {
+namespace engine {
+namespace {
+
+// A fresh directory under the system's temporary directory, removed with its files.
+class TempDir {
+ public:
+  TempDir() {
+    std::string t = "/tmp/msa_report_test.XXXXXX";
+    path_ = mkdtemp(&t[0]) != nullptr ? t : "";
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string read(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// The directory's entries other than keep1 and keep2, sorted, one per line.
+std::string others(const TempDir& d, const std::string& keep1, const std::string& keep2 = "") {
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(d.path())) {
+    const std::string name = e.path().filename().string();
+    if (name != keep1 && name != keep2) names.insert(name);
+  }
+  std::string out;
+  for (const std::string& n : names) out += n + "\n";
+  return out;
+}
+
+TEST(ReportFiles, OutputPathIsCheckedBeforeWriting) {
+  TempDir d;
+  ASSERT_FALSE(d.path().empty());
+  EXPECT_TRUE(check_output_path(d.file("r.json")).ok());
+  EXPECT_EQ(others(d, ""), "") << "the probe file was left behind";
+  EXPECT_EQ(check_output_path("").code(), StatusCode::kIoError);
+  EXPECT_EQ(check_output_path(d.file("missing/r.json")).code(), StatusCode::kIoError);
+  EXPECT_EQ(check_output_path(d.path()).code(), StatusCode::kIoError);
+  EXPECT_EQ(check_output_path(d.path() + "/").code(), StatusCode::kIoError);
+  // Special files are refused without being opened: a device node and a FIFO (opening a FIFO
+  // for writing would block).
+  const Status dev = check_output_path("/dev/null");
+  EXPECT_EQ(dev.code(), StatusCode::kIoError);
+  EXPECT_NE(dev.message().find("character device"), std::string::npos) << dev.to_string();
+  ASSERT_EQ(mkfifo(d.file("fifo").c_str(), 0600), 0);
+  const Status fifo = check_output_path(d.file("fifo"));
+  EXPECT_NE(fifo.message().find("a FIFO"), std::string::npos) << fifo.to_string();
+  EXPECT_EQ(write_file_atomic(d.file("fifo"), "x").code(), StatusCode::kIoError);
+  struct stat st {};
+  ASSERT_EQ(lstat(d.file("fifo").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+}
+
+TEST(ReportFiles, SymlinksAreNeverReplacedOrFollowed) {
+  TempDir d;
+  ASSERT_FALSE(d.path().empty());
+  { std::ofstream(d.file("target")) << "keep"; }
+  ASSERT_EQ(symlink(d.file("target").c_str(), d.file("link").c_str()), 0);
+  const Status s = write_file_atomic(d.file("link"), "new");
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(s.message().find("symbolic link"), std::string::npos) << s.to_string();
+  struct stat st {};
+  ASSERT_EQ(lstat(d.file("link").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  EXPECT_EQ(read(d.file("target")), "keep");
+  // A symlink where the old fixed temporary name was (path.tmp) is not followed either.
+  ASSERT_EQ(symlink(d.file("target").c_str(), d.file("r.json.tmp").c_str()), 0);
+  ASSERT_TRUE(write_file_atomic(d.file("r.json"), "report").ok());
+  EXPECT_EQ(read(d.file("r.json")), "report");
+  EXPECT_EQ(read(d.file("target")), "keep");
+  EXPECT_EQ(others(d, "r.json", "target"), "link\nr.json.tmp\n") << "temporary file left";
+}
+
+json::Value parsed(const std::string& text) {
+  json::Value v;
+  EXPECT_TRUE(json::parse(text, &v).ok()) << text;
+  return v;
+}
+
+TEST(ReportFiles, ValidateReportNamesTheFirstBadField) {
+  EXPECT_EQ(validate_report(parsed("[]")).code(), StatusCode::kParseError);
+  const Status no_schema = validate_report(parsed(R"({"steps": [], "summary": {}})"));
+  EXPECT_EQ(no_schema.code(), StatusCode::kParseError);
+  EXPECT_NE(no_schema.message().find("'schema'"), std::string::npos) << no_schema.to_string();
+  const Status no_backend = validate_report(parsed(R"({"schema": "msa-run-report/1"})"));
+  EXPECT_NE(no_backend.message().find("'report.backend' is missing"), std::string::npos)
+      << no_backend.to_string();
+  const Status bad_type = validate_report(
+      parsed(R"({"schema": "msa-run-report/1", "backend": "cpu", "device": "x", "model": []})"));
+  EXPECT_NE(bad_type.message().find("'report.model' is not an object"), std::string::npos)
+      << bad_type.to_string();
+}
+
+}  // namespace
+}  // namespace engine
+}  // namespace msa
