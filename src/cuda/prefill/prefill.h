@@ -1,6 +1,7 @@
-// Host entry points of the tensor-core prefill kernels (sm_90a), called by the op launchers in
-// src/cuda/{index_topk,sparse_attention,dense_attention}.cu when the call's shapes suit them
-// (the *_supported functions, pure functions of shapes, dtypes, strides and the device).
+// Host entry points of the tensor-core prefill kernels (sm_90a), called by the op launchers
+// (src/cuda/index/launch.cu, src/cuda/attention/launch.cu, src/cuda/dense_attention.cu) when the
+// call's shapes suit them (the *_supported functions, pure functions of shapes, dtypes, strides
+// and the device).
 #pragma once
 
 #include <cstddef>
