@@ -3,6 +3,8 @@
 
     python3 bench/compare_runs.py OLD.json NEW.json [--tolerance 0.05] [--stage step]
 
+A file may be gzip-compressed (.json.gz, as the records in bench/results are).
+
 Prints, per cache dtype, the ratio NEW / OLD of each stage's median time (median, min and max
 over the configurations both runs have), the configurations whose step moved in or out of the
 issue's target (1.10 x floor + 8 us), and the configurations whose `--stage` ratio lies outside
@@ -13,6 +15,7 @@ tolerance), with a message naming it. Between device sessions on the H200 the me
 figures move by about 2-3% (bench/README.md).
 """
 import argparse
+import gzip
 import json
 import statistics
 import sys
@@ -34,7 +37,8 @@ def load(path: str) -> Dict[Key, dict]:
     """The rows of a decode_bench.py JSON file by configuration; ValueError naming the file and
     what is wrong with it otherwise."""
     try:
-        with open(path) as f:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt") as f:
             run = json.load(f)
         rows = {}
         for r in run["rows"]:

@@ -111,7 +111,7 @@ if has_stage sass; then
     cuobjdump --list-elf "$lib" >"$OUT/sass_elf.txt" 2>&1
     cuobjdump --dump-resource-usage "$lib" >"$OUT/sass_resources.txt" 2>&1
     # SASS instructions per kernel, largest first: a kernel that starts with cold instruction
-    # caches pays for the code it runs (bench/results/2026-12-01-select-narrow-kernel/).
+    # caches pays for the code it runs (bench/EXPERIMENTS.md: 2026-12-01-select-narrow-kernel).
     cuobjdump -sass "$lib" 2>/dev/null |
       awk '/Function : /{f=$3} /\/\*[0-9a-f]+\*\//{n[f]++} END{for (k in n) print n[k], k}' |
       sort -rn >"$OUT/sass_sizes.txt"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Same-call A/B timing of library builds (bench/ab/README.md).
 #
-#   bench/ab/ab.sh snapshot DIR REV FILE...   copy FILE... as of git revision REV into DIR (kept
-#                                             at their repository paths): a variant folder
+#   bench/ab/ab.sh snapshot DIR REV PATH...   copy the files at PATH... (files or folders) as of
+#                                             git revision REV into DIR (kept at their
+#                                             repository paths): a variant folder
 #   bench/ab/ab.sh run OPS VARIANT...         OPS: all, or a comma-separated list of index,
 #                                             index-shapes, attention, attention-layer and
 #                                             step (op_ab.cu).
@@ -49,7 +50,8 @@ case "$cmd" in
   snapshot)
     dir=$1 rev=$2
     shift 2
-    for f in "$@"; do
+    # A folder stands for every file under it at REV.
+    git ls-tree -r --name-only "$rev" -- "$@" | while read -r f; do
       mkdir -p "$dir/$(dirname "$f")"
       git show "$rev:$f" >"$dir/$f"
     done

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/attention_problem.h"
 #include "core/dispatch.h"
 #include "core/validate.h"
 
@@ -13,19 +14,9 @@ namespace {
 
 using detail::invalid;
 
-// The fields every attention form has, so one routine validates them all.
-struct CommonArgs {
-  float softmax_scale;
-  const TensorView& q;
-  const KvCacheView& kv_cache;
-  const TensorView& block_table;
-  const TensorView& seq_lens;
-  const TensorView& out;
-  const TensorView& lse;
-  const TensorView& error_flags;
-};
-
-Status check_common(const CommonArgs& a) {
+// The fields every attention form has (detail::AttentionProblem), so one routine validates
+// them all.
+Status check_common(const detail::AttentionProblem& a) {
   if (!std::isfinite(a.softmax_scale)) {
     return invalid("softmax_scale: must be finite (0 selects head_dim^-0.5), got " +
                    std::to_string(a.softmax_scale));
@@ -34,14 +25,14 @@ Status check_common(const CommonArgs& a) {
   MSA_RETURN_IF_ERROR(detail::require_dtype(a.q, "q", {DType::kBF16, DType::kF16, DType::kF32}));
   MSA_RETURN_IF_ERROR(detail::require_unit_last_stride(a.q, "q"));
   const Device device = a.q.device;
-  MSA_RETURN_IF_ERROR(detail::check_kv_cache(a.kv_cache, "kv_cache", device));
+  MSA_RETURN_IF_ERROR(detail::check_kv_cache(a.kv, "kv_cache", device));
 
   const int64_t hq = a.q.shape[1];
-  const int64_t hkv = a.kv_cache.num_kv_heads();
-  const int64_t d = a.kv_cache.head_dim();
-  if (d <= 0 || a.kv_cache.block_size() <= 0) {
+  const int64_t hkv = a.kv.num_kv_heads();
+  const int64_t d = a.kv.head_dim();
+  if (d <= 0 || a.kv.block_size() <= 0) {
     return invalid("kv_cache.k: block_size and head_dim must be positive, got shape " +
-                   detail::shape_string(a.kv_cache.k));
+                   detail::shape_string(a.kv.k));
   }
   MSA_RETURN_IF_ERROR(detail::require_dim(a.q, "q", 2, d, "the cache head_dim"));
   int64_t heads = 0;  // (row, q head) pairs
@@ -108,8 +99,7 @@ Status check_cu_seqlens(const TensorView& cu, int64_t num_requests, const Device
 }  // namespace
 
 Status check(const SparseAttentionDecodeArgs& args) {
-  MSA_RETURN_IF_ERROR(check_common({args.softmax_scale, args.q, args.kv_cache, args.block_table,
-                                    args.seq_lens, args.out, args.lse, args.error_flags}));
+  MSA_RETURN_IF_ERROR(check_common(detail::attention_problem(args)));
   if (args.query_len < 1 || args.query_len > 8) {
     return invalid("query_len: is " + std::to_string(args.query_len) + ", expected 1..8");
   }
@@ -132,8 +122,7 @@ Status run(const SparseAttentionDecodeArgs& args, Workspace workspace, Stream st
 }
 
 Status check(const SparseAttentionPrefillArgs& args) {
-  MSA_RETURN_IF_ERROR(check_common({args.softmax_scale, args.q, args.kv_cache, args.block_table,
-                                    args.seq_lens, args.out, args.lse, args.error_flags}));
+  MSA_RETURN_IF_ERROR(check_common(detail::attention_problem(args)));
   MSA_RETURN_IF_ERROR(
       check_cu_seqlens(args.cu_seqlens_q, args.block_table.shape[0], args.q.device));
   return check_topk(args.topk, args.kv_cache.num_kv_heads(), args.q.shape[0], args.q.device);
@@ -150,8 +139,7 @@ Status run(const SparseAttentionPrefillArgs& args, Workspace workspace, Stream s
 }
 
 Status check(const DenseAttentionArgs& args) {
-  MSA_RETURN_IF_ERROR(check_common({args.softmax_scale, args.q, args.kv_cache, args.block_table,
-                                    args.seq_lens, args.out, args.lse, args.error_flags}));
+  MSA_RETURN_IF_ERROR(check_common(detail::attention_problem(args)));
   return check_cu_seqlens(args.cu_seqlens_q, args.block_table.shape[0], args.q.device);
 }
 

@@ -51,10 +51,9 @@ constexpr int64_t kIndexBalancedMaxRequests = 1024;
 // warps meet at a barrier, write the piece's block maxima and start their key loads afresh, so
 // the pieces are as long as the CTA's shared memory allows: block maxima for
 // kIndexScoreMaxBlockHeads (block, row-head) pairs and page ids for at most
-// kIndexBalancedMaxPieceBlocks blocks. In 32-block pieces that restart took 13% of the warps'
-// time in the 128K x 64 e4m3 call (Nsight Compute, bench/results/2026-11-30-2d60c8a-ncu-e4m3/);
-// pieces of up to 256 blocks made the balanced calls 3-5% faster (128K x 64 275.0 -> 261.4 us,
-// bench/results/2026-11-30-index-balanced-long-pieces-ab/).
+// kIndexBalancedMaxPieceBlocks blocks. With 32-block pieces the restarts were a large share of
+// the warps' time (bench/EXPERIMENTS.md: 2026-11-30-2d60c8a-ncu-e4m3); longer pieces are faster
+// (2026-11-30-index-balanced-long-pieces-ab).
 constexpr int kIndexScoreMaxBlockHeads = 1024;
 constexpr int kIndexBalancedMaxPieceBlocks = 256;
 
@@ -73,9 +72,9 @@ struct BlockRange {
 
 // Every piece of a balanced CTA after its first costs it about as long as streaming this many
 // more key bytes: the CTA's warps meet, write the piece's block maxima, load the next request's
-// queries and page ids and refill their key pipelines. On the H200 a CTA whose share straddled
-// two requests finished 3-5 us after the others, with bf16 and e4m3 keys alike, at ~17 GB/s per
-// CTA (one wave of two CTAs per SM) (bench/results/2026-12-01-index-balanced-lead-units/).
+// queries and page ids and refill their key pipelines: the measured lag of a CTA whose share
+// straddled two requests, bf16 and e4m3 keys alike, expressed as the key bytes a CTA streams in
+// that time (bench/EXPERIMENTS.md: 2026-12-01-index-balanced-lead-units).
 constexpr int64_t kIndexBalancedRestartBytes = 64 * 1024;
 // At most this many lead units per request (blocks of 1 KB and less); it also bounds the prefix
 // sums (plan_index_launch).
@@ -153,7 +152,7 @@ constexpr int kIndexMaxClusterSize = 16;
 // What the device can run as clusters of the score kernel: the largest cluster size it
 // schedules (16, 8, or 0 without cluster support) and, for each size up to that, how many such
 // clusters fit at once (cudaOccupancyMaxActiveClusters; a cluster stays within one GPC, so 16-CTA
-// clusters of a 2-CTA-per-SM kernel fit 14 at a time on the H200, not 132 x 2 / 16).
+// clusters of a 2-CTA-per-SM kernel fit 14 at a time on an H200, not 132 x 2 / 16).
 struct IndexClusterLimits {
   int max_size = 0;
   int64_t resident[kIndexMaxClusterSize + 1] = {};
@@ -165,41 +164,30 @@ struct IndexClusterLimits {
 constexpr int64_t kIndexClusterSelectMaxBlocks = 256;
 // Blocks per CTA an in-cluster plan may grow to, when the one-wave plan has fewer and its grid
 // fills at least half a wave: batch 8 at 8K (256 two-block CTAs) becomes eight 16-CTA clusters of
-// 4-block CTAs. (Batch 4 at 8K, 256 one-block CTAs, went from 16.0 to 13.7 us as four such
-// clusters on the H200; since kIndexMinBlocksPerCtaPastSms it runs as 128 two-block CTAs and the
-// select kernel, 12.9 against 13.5 us in one call.) Longer CTAs, or smaller grids, lose
-// more to each warp waiting for its tiles one after another than the select kernel costs: batch
-// 16 at 8K as sixteen 8-CTA clusters of 8-block CTAs took 22.5 us against 21.7 us (256 4-block
-// CTAs and the select kernel), batch 1 at 8K as one 16-CTA cluster of 4-block CTAs 13.3 against
-// 11.8 us (64 one-block CTAs and the select kernel)
-// (bench/results/2026-11-30-index-cluster-select-ab/).
+// 4-block CTAs. Longer CTAs, or smaller grids, lose more to each warp waiting for its tiles one
+// after another than the select kernel costs (bench/EXPERIMENTS.md:
+// 2026-11-30-index-cluster-select-ab).
 constexpr int kIndexClusterGrowBlocks = 4;
 // Longest score CTAs (blocks) for which the select kernel launches as the score CTAs start: with
-// short CTAs its launch and row setup then hide behind the whole score kernel (index call on the
-// H200: batch 1 at 8K 11.0 -> 9.4 us, batch 16 at 8K 21.2 -> 20.1 us, against launching once
-// the CTAs have scored). With 16-block CTAs that ran up to 3 us slower at some shapes (32K x 16
-// bf16 46.7 -> 49.9 us) and faster at others, so longer CTAs let it launch only once they have
-// scored (bench/results/2026-11-30-index-query-tiles-pdl-ab/). Only for tables the select
-// kernel ranks in one pass (kIndexClusterSelectMaxBlocks columns): at 128K x 1 (1024 columns,
-// sampled-candidate selection) the early launch made the benchmark's whole decode step 5-7 us
-// slower with bf16 keys (2026-11-30-a5056f8-decode.md), for no gain in the index call.
+// short CTAs its launch and row setup then hide behind the whole score kernel; with 16-block CTAs
+// it was slower at some shapes, so longer CTAs let it launch only once they have scored
+// (bench/EXPERIMENTS.md: 2026-11-30-index-query-tiles-pdl-ab). Only for tables the select kernel
+// ranks in one pass (kIndexClusterSelectMaxBlocks columns): over wider tables (sampled-candidate
+// selection) the early launch slowed the whole decode step, for no gain in the index call
+// (bench/results/2026-11-30-a5056f8-decode.md).
 constexpr int kIndexEarlySelectMaxBlocks = 4;
 
 // One-block score CTAs are kept only while there are at most as many as SMs; past that, CTAs of
-// two blocks (one per SM): batch 1 at 32K (256 one-block CTAs, 2 per SM) took 16.6 us against
-// 15.3 us as 128 two-block CTAs, and batch 4 at 8K 13.5 (in-cluster selection) against 12.9 us.
-// Doubling further, to one CTA per SM for every grid, was slower wherever the one-wave plan
-// already had longer CTAs (32K x 16: 46 -> 62 us, 8K x 64 and 512K x 1: +3 and +5 us), as the
-// stream then has half the warps per SM (bench/results/2026-11-30-index-two-block-ctas-ab/).
+// two blocks (one per SM), which were faster there. Doubling further, to one CTA per SM for every
+// grid, was slower wherever the one-wave plan already had longer CTAs, as the stream then has
+// half the warps per SM (bench/EXPERIMENTS.md: 2026-11-30-index-two-block-ctas-ab).
 constexpr int kIndexMinBlocksPerCtaPastSms = 2;
 
 // A static score grid whose CTAs own at least this many blocks runs the scorer's 32-key-tile
 // instance where it has one (e4m3-key decode scorers at head dim 64 and 128): each warp then has
-// several tiles to stream, and the tile's fixed costs serve twice the keys. On the H200 that took
-// the e4m3 index calls of 16-block CTAs 2-4% faster (8K x 64 28.5 -> 27.6 us, 128K x 4 31.8
-// -> 30.6, 512K x 1 33.5 -> 32.1), while grids of 2-4-block CTAs, whose warps own one or two tiles,
-// were 3-11% slower with it (8K x 4 11.2 -> 11.7, 32K x 4 with 4 rows per request 21.0 -> 23.3)
-// (bench/results/2026-11-30-index-m2-tiles-ab/, call 3).
+// several tiles to stream, and the tile's fixed costs serve twice the keys; grids of 2-4-block
+// CTAs, whose warps own one or two tiles, were slower with it (bench/EXPERIMENTS.md:
+// 2026-11-30-index-m2-tiles-ab, call 3).
 constexpr int kIndexWideTileMinBlocksPerCta = 16;
 
 // Whether a plan's score grid is static with CTAs long enough for 32-key tiles, and fits one wave
@@ -216,16 +204,14 @@ inline bool index_static_wide_tiles(const IndexLaunchPlan& p, int64_t wide_wave)
 // wave of resident CTAs (ctas_per_sm, the score kernel's occupancy, x sm_count), and at least
 // kIndexMinBlocksPerCtaPastSms when one-block CTAs would outnumber the SMs: a small batch
 // (batch 1 at 8K: 64 blocks) spreads its stream over as many CTAs as can run at once, and no
-// call pays for a second, partial wave of short CTAs (at 2 resident CTAs per SM, one block per
-// CTA at 128K x 1 took 4 waves: 25 us against 15 us in one). Large batches (more blocks than a
+// call pays for a second, partial wave of short CTAs. Large batches (more blocks than a
 // wave can hold at 32 per CTA) stream in waves of 32-block CTAs, which pay the per-CTA prologue
 // (query load, page ids, barrier) once per 32 blocks. When the scorer has a balanced-grid
 // variant (balanced_ctas_per_sm > 0: the decode scorers of e4m3 keys, and of bf16 keys with one
 // query n-tile), such decode grids become one wave of balanced_ctas CTAs that share the visible
 // blocks of all requests at run time (balanced_share): a static CTA's work is fixed by the plan,
 // so in a ragged batch the CTAs of short requests would leave their SMs idle while the long
-// requests stream (ragged e4m3 index calls 9-31% faster on the H200,
-// bench/results/2026-11-30-index-balanced-grid-ab/).
+// requests stream (bench/EXPERIMENTS.md: 2026-11-30-index-balanced-grid-ab).
 //
 // The top-k selection is then a second kernel, one CTA per (row, head), except in decode calls
 // (a row tile is one request) with block tables of at most kIndexClusterSelectMaxBlocks columns
@@ -233,8 +219,8 @@ inline bool index_static_wide_tiles(const IndexLaunchPlan& p, int64_t wide_wave)
 // with CTAs grown at most as kIndexClusterGrowBlocks allows: the cluster selects from the block
 // maxima in its CTAs' shared memory after a cluster barrier (cluster_select), so the call is one
 // kernel. Fusing the selection into the last score CTA of a row (completion counter), or into a
-// cooperatively launched score grid after a grid barrier, was measured slower on the H200
-// (bench/README.md).
+// cooperatively launched score grid after a grid barrier, was slower (bench/EXPERIMENTS.md:
+// 2026-11-29-214f6af-rejected-variants.md, 2026-11-29-rejected-prefetch-cooperative).
 inline IndexLaunchPlan plan_index_launch(int64_t row_tiles, int64_t max_blocks, int sm_count,
                                          int ctas_per_sm, bool decode = false,
                                          const IndexClusterLimits& clusters = {},
@@ -303,7 +289,7 @@ struct AttnLaunchPlan {
 
 // What the device can run as clusters of the attention kernel: the largest cluster size it
 // schedules (16, 8, or 0 without cluster support) and how many such clusters fit at once
-// (cudaOccupancyMaxActiveClusters: 14 of 16 CTAs on the H200, less than 132 SMs x 2 / 16
+// (cudaOccupancyMaxActiveClusters: 14 of 16 CTAs on an H200, fewer than 132 SMs x 2 / 16
 // because a cluster must sit within one GPC).
 struct AttnClusterLimits {
   int64_t max_splits = 0;
@@ -313,7 +299,7 @@ struct AttnClusterLimits {
 // Longest split of an in-cluster plan: two subtiles per warp. With more, each warp waits for its
 // subtiles one after another (its next subtile's loads are its only ones in flight), and 8-CTA
 // clusters of 16 subtiles each were slower at batch 1 than 32 short splits plus the merge kernel
-// (18.3 against 15.7 us on the H200).
+// (bench/EXPERIMENTS.md: 2026-11-29-cluster-merge-ab).
 constexpr int64_t kAttnClusterMaxSubtiles = 2 * kAttnWarpsPerCta;
 
 // A row has at most max_subtiles 16-key subtiles (topk_width * block_size / 16). When rows x KV
@@ -322,17 +308,17 @@ constexpr int64_t kAttnClusterMaxSubtiles = 2 * kAttnWarpsPerCta;
 // within one resident wave (a second, partial wave would double the latency chain of the call).
 // The splits of a row are one cluster, merged through distributed shared memory, when the
 // device's largest cluster cuts the row into splits of at most kAttnClusterMaxSubtiles and one
-// cluster per (row, head group) fits in one wave of clusters (14 on the H200: TP4 decode batch
-// 1-14, or 1-3 with 4 speculative rows): one kernel instead of two, which took the batch-1
-// attention stage from 15.7 to 13.7 us. Otherwise the pieces (at most kAttnMaxSplits) are combined
-// by a merge kernel: at batch 16-64 the cluster cuts were slower, because 16-CTA clusters only fit
-// 14 at a time and smaller ones mean longer splits (bench/results/2026-11-29-cluster-merge-ab/).
+// cluster per (row, head group) fits in one wave of clusters (14 on an H200: TP4 decode batch
+// 1-14, or 1-3 with 4 speculative rows): one kernel instead of two. Otherwise the pieces (at most
+// kAttnMaxSplits) are combined by a merge kernel: at batch 16-64 the cluster cuts were slower,
+// because 16-CTA clusters only fit 14 at a time and smaller ones mean longer splits
+// (bench/EXPERIMENTS.md: 2026-11-29-cluster-merge-ab).
 //
 // block_entries: the top-k width W when the call can run the one-block kernel (16-bit or e4m3
 // K/V, head dim 128, 128-key blocks), else 0. Where a split per list entry still fits one resident
 // wave (W x rows x head groups <= kAttnCtasPerSm per SM; TP4 decode batch 1-16 at top-16), each
-// list entry is a split of its own for that kernel, ahead of both plans above: batch 1-16 attention
-// 2-3 us faster on the H200 (bench/results/2026-12-01-attn-block-ctas/).
+// list entry is a split of its own for that kernel, ahead of both plans above (faster at batch
+// 1-16: bench/EXPERIMENTS.md: 2026-12-01-attn-block-ctas).
 inline AttnLaunchPlan plan_attention_launch(int64_t rows, int64_t head_groups, int64_t max_subtiles,
                                             int sm_count, AttnClusterLimits clusters = {},
                                             int64_t block_entries = 0) {

@@ -25,9 +25,10 @@
 #include <limits>
 #include <string>
 
+#include "core/attention_problem.h"
 #include "core/backends.h"
+#include "core/thread_pool.h"
 #include "core/validate.h"
-#include "cpu/parallel.h"
 #include "msa/dtype.h"
 
 namespace msa {
@@ -46,46 +47,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // them.
 constexpr int64_t kKeyChunk = 32;
 
-enum class Form { kDecode, kPrefill, kDense };
-
-// One attention call with every form's fields in one place.
-struct Problem {
-  Form form = Form::kDense;
-  int64_t query_len = 0;  // decode only
-  float scale = 0.0f;
-  TensorView q;
-  KvCacheView kv;
-  TensorView block_table, seq_lens, cu_seqlens_q, topk, out, lse, error_flags;
-
-  int64_t num_rows = 0, num_q_heads = 0, num_kv_heads = 0, group = 0, head_dim = 0;
-  int64_t block_size = 0, num_blocks = 0, num_requests = 0, max_blocks = 0, topk_width = 0;
-};
-
-Problem make_problem(Form form, float softmax_scale, const TensorView& q, const KvCacheView& kv,
-                     const TensorView& block_table, const TensorView& seq_lens,
-                     const TensorView& out, const TensorView& lse, const TensorView& error_flags) {
-  Problem p;
-  p.form = form;
-  p.q = q;
-  p.kv = kv;
-  p.block_table = block_table;
-  p.seq_lens = seq_lens;
-  p.out = out;
-  p.lse = lse;
-  p.error_flags = error_flags;
-  p.num_rows = q.shape[0];
-  p.num_q_heads = q.shape[1];
-  p.num_kv_heads = kv.num_kv_heads();
-  p.group = p.num_q_heads / p.num_kv_heads;
-  p.head_dim = kv.head_dim();
-  p.block_size = kv.block_size();
-  p.num_blocks = kv.num_blocks();
-  p.num_requests = block_table.shape[0];
-  p.max_blocks = block_table.shape[1];
-  p.scale =
-      softmax_scale != 0.0f ? softmax_scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));
-  return p;
-}
+using Form = detail::AttentionForm;
+using Problem = detail::AttentionProblem;
 
 // Row stride of the fp32 scratch rows: head_dim rounded up to whole 8-float groups. The padding
 // columns hold zeros, which leave every partial sum of the dot product unchanged (see qk_tile).
@@ -116,7 +79,7 @@ Status scratch_bytes_per_thread(int64_t block_size, int64_t head_dim, int64_t gr
       add(add(mul(add(k_chunk_rows(block_size), block_size), dp), mul(mul(2, group), dp)),
           add(mul(group, block_size), mul(4, group)));
   const int64_t per_thread = mul(add(mul(floats, 4), 255) / 256, 256);
-  mul(per_thread, kMaxThreads);  // the whole workspace must fit as well
+  mul(per_thread, detail::kMaxThreads);  // the whole workspace must fit as well
   if (!ok) {
     return detail::invalid("workspace: the CPU attention scratch for block_size " +
                            std::to_string(block_size) + ", head_dim " + std::to_string(head_dim) +
@@ -131,7 +94,7 @@ Status workspace_bytes(const TensorView& q, const KvCacheView& kv, size_t* bytes
   size_t per_thread = 0;
   MSA_RETURN_IF_ERROR(scratch_bytes_per_thread(kv.block_size(), kv.head_dim(),
                                                q.shape[1] / kv.num_kv_heads(), &per_thread));
-  *bytes = per_thread * kMaxThreads;
+  *bytes = per_thread * detail::kMaxThreads;
   return Status::Ok();
 }
 
@@ -160,9 +123,9 @@ RowInfo row_info(const Problem& p, int64_t t) {
     r.pos = at(p.seq_lens, r.request) - p.query_len + t % p.query_len;
     return r;
   }
-  if (t >= at(p.cu_seqlens_q, p.num_requests)) return r;
+  if (t >= at(p.cu_seqlens_q, p.num_requests())) return r;
   // The last request b with cu_seqlens_q[b] <= t (requests with no rows are skipped over).
-  int64_t lo = 0, hi = p.num_requests;
+  int64_t lo = 0, hi = p.num_requests();
   while (hi - lo > 1) {
     const int64_t mid = (lo + hi) / 2;
     if (at(p.cu_seqlens_q, mid) <= t) {
@@ -183,7 +146,7 @@ RowInfo row_info(const Problem& p, int64_t t) {
 // duplicated id once: the top-k row is treated as a set.
 int64_t next_selected(const Problem& p, int64_t g, int64_t t, int64_t after) {
   int64_t best = -1;
-  for (int64_t i = 0; i < p.topk_width; ++i) {
+  for (int64_t i = 0; i < p.topk_width(); ++i) {
     const int64_t id = at(p.topk, g, t, i);
     if (id > after && (best < 0 || id < best)) best = id;
   }
@@ -205,14 +168,14 @@ Status validate_values(const Problem& p) {
         p, kDeviceErrorQueryLen,
         "cu_seqlens_q[0] = " + std::to_string(at(p.cu_seqlens_q, 0)) + ": expected 0");
   }
-  for (int64_t b = 0; b < p.num_requests; ++b) {
+  for (int64_t b = 0; b < p.num_requests(); ++b) {
     const int64_t s = at(p.seq_lens, b);
-    if (s < 0 || ceil_div(s, p.block_size) > p.max_blocks) {
+    if (s < 0 || ceil_div(s, p.block_size()) > p.max_blocks()) {
       return value_error(p, kDeviceErrorSeqLen,
                          "seq_lens[" + std::to_string(b) + "] = " + std::to_string(s) +
                              ": expected 0..max_blocks * block_size (max_blocks " +
-                             std::to_string(p.max_blocks) + ", block_size " +
-                             std::to_string(p.block_size) + ")");
+                             std::to_string(p.max_blocks()) + ", block_size " +
+                             std::to_string(p.block_size()) + ")");
     }
     // Decode rows at negative positions are padding (spec A8), whatever seq_len is.
     if (p.form == Form::kDecode) continue;
@@ -220,41 +183,41 @@ Status validate_values(const Problem& p) {
     // In the dense form (which also serves decode batches) a request with seq_len 0 is a padded
     // decode request: its rows, however many, sit at negative positions and attend to nothing.
     const bool padded = p.form == Form::kDense && s == 0;
-    if (end < begin || end > p.num_rows || (end - begin > s && !padded)) {
+    if (end < begin || end > p.num_rows() || (end - begin > s && !padded)) {
       return value_error(p, kDeviceErrorQueryLen,
                          "cu_seqlens_q[" + std::to_string(b) + ".." + std::to_string(b + 1) +
                              "] = " + std::to_string(begin) + ", " + std::to_string(end) +
                              ": expected not to decrease, to stay <= T = " +
-                             std::to_string(p.num_rows) + " and give at most seq_lens[" +
+                             std::to_string(p.num_rows()) + " and give at most seq_lens[" +
                              std::to_string(b) + "] = " + std::to_string(s) + " rows");
     }
   }
   auto check_page = [&](int64_t request, int64_t block) {
     const int64_t page = at(p.block_table, request, block);
-    if (page < 0 || page >= p.num_blocks) {
+    if (page < 0 || page >= p.num_blocks()) {
       return value_error(p, kDeviceErrorBlockId,
                          "block_table[" + std::to_string(request) + ", " + std::to_string(block) +
                              "] = " + std::to_string(page) + ": expected a page in [0, " +
-                             std::to_string(p.num_blocks) + ")");
+                             std::to_string(p.num_blocks()) + ")");
     }
     return Status::Ok();
   };
   if (p.form == Form::kDense) {
     // Dense rows read every used block of a request that has query rows.
-    for (int64_t b = 0; b < p.num_requests; ++b) {
+    for (int64_t b = 0; b < p.num_requests(); ++b) {
       if (at(p.cu_seqlens_q, b + 1) == at(p.cu_seqlens_q, b)) continue;
-      const int64_t used = ceil_div(at(p.seq_lens, b), p.block_size);
+      const int64_t used = ceil_div(at(p.seq_lens, b), p.block_size());
       for (int64_t blk = 0; blk < used; ++blk) MSA_RETURN_IF_ERROR(check_page(b, blk));
     }
     return Status::Ok();
   }
   // Sparse rows read exactly the selected blocks; padded rows read nothing.
-  for (int64_t t = 0; t < p.num_rows; ++t) {
+  for (int64_t t = 0; t < p.num_rows(); ++t) {
     const RowInfo r = row_info(p, t);
     if (r.request < 0 || r.pos < 0) continue;
-    const int64_t own = r.pos / p.block_size;
-    for (int64_t g = 0; g < p.num_kv_heads; ++g) {
-      for (int64_t i = 0; i < p.topk_width; ++i) {
+    const int64_t own = r.pos / p.block_size();
+    for (int64_t g = 0; g < p.num_kv_heads(); ++g) {
+      for (int64_t i = 0; i < p.topk_width(); ++i) {
         const int64_t id = at(p.topk, g, t, i);
         if (id < 0) continue;
         if (id > own) {
@@ -343,7 +306,7 @@ MSA_ALWAYS_INLINE void load_row(DType dtype, const void* base, int64_t offset, i
 MSA_ALWAYS_INLINE void load_block(const Problem& p, const TensorView& side, const TensorView& scale,
                                   int64_t page, int64_t g, int64_t j0, int64_t n, int64_t ld,
                                   float* dst) {
-  const int64_t d = p.head_dim;
+  const int64_t d = p.head_dim();
   const int64_t base = page * side.strides[0] + g * side.strides[1];
   const float* scale_row = nullptr;
   float layer_scale = 1.0f;
@@ -356,7 +319,7 @@ MSA_ALWAYS_INLINE void load_block(const Problem& p, const TensorView& side, cons
     float* __restrict__ row = dst + (j - j0) * ld;
     load_row(side.dtype, side.data, base + j * side.strides[2], d, row);
     if (p.kv.scale_mode == KvScaleMode::kNone) continue;
-    const float s = scale_row != nullptr ? scale_row[(page * p.block_size + j) * scale.strides[1]]
+    const float s = scale_row != nullptr ? scale_row[(page * p.block_size() + j) * scale.strides[1]]
                                          : layer_scale;
     for (int64_t i = 0; i < d; ++i) row[i] *= s;
   }
@@ -512,17 +475,18 @@ MSA_ALWAYS_INLINE void pv_block(float* acc, const float* w, int64_t w_ld, const 
 template <class V>
 MSA_ALWAYS_INLINE void attend(const Problem& p, int64_t t, int64_t g, int64_t h_begin,
                               int64_t h_end, float* scratch) {
-  const int64_t d = p.head_dim, dp = padded_dim(d), bs = p.block_size, nh = h_end - h_begin;
+  const int64_t d = p.head_dim(), dp = padded_dim(d), bs = p.block_size(), nh = h_end - h_begin;
   const int64_t kc = k_chunk_rows(bs);
+  const float scale = p.scale();
   float* k_rows = scratch;
   float* v_rows = k_rows + kc * dp;
   float* qs = v_rows + bs * dp;
-  float* acc = qs + p.group * dp;
-  float* scores = acc + p.group * dp;
-  float* m = scores + p.group * bs;
-  float* l = m + p.group;
-  float* alpha = l + p.group;
-  float* active = alpha + p.group;  // 1 for a head that takes part in the block's P.V update
+  float* acc = qs + p.group() * dp;
+  float* scores = acc + p.group() * dp;
+  float* m = scores + p.group() * bs;
+  float* l = m + p.group();
+  float* alpha = l + p.group();
+  float* active = alpha + p.group();  // 1 for a head that takes part in the block's P.V update
 
   for (int64_t i = 0; i < nh; ++i) {
     m[i] = kNegInf;
@@ -538,7 +502,7 @@ MSA_ALWAYS_INLINE void attend(const Problem& p, int64_t t, int64_t g, int64_t h_
       for (int64_t j = 0; j < bs; ++j) std::fill(v_rows + j * dp + d, v_rows + (j + 1) * dp, 0.0f);
     }
     for (int64_t i = 0; i < nh; ++i) {
-      const int64_t h = g * p.group + h_begin + i;
+      const int64_t h = g * p.group() + h_begin + i;
       std::fill(qs + i * dp + d, qs + (i + 1) * dp, 0.0f);
       load_row(p.q.dtype, p.q.data, t * p.q.strides[0] + h * p.q.strides[1], d, qs + i * dp);
     }
@@ -552,7 +516,7 @@ MSA_ALWAYS_INLINE void attend(const Problem& p, int64_t t, int64_t g, int64_t h_
       for (int64_t j0 = 0; j0 < n; j0 += kc) {
         const int64_t nc = std::min(kc, n - j0);
         load_block(p, p.kv.k, p.kv.k_scale, page, g, j0, nc, dp, k_rows);
-        qk_block<V>(qs, k_rows, nh, nc, dp, p.scale, scores + j0, bs);
+        qk_block<V>(qs, k_rows, nh, nc, dp, scale, scores + j0, bs);
       }
       load_block(p, p.kv.v, p.kv.v_scale, page, g, 0, n, dp, v_rows);
 
@@ -585,7 +549,7 @@ MSA_ALWAYS_INLINE void attend(const Problem& p, int64_t t, int64_t g, int64_t h_
   }
 
   for (int64_t i = 0; i < nh; ++i) {
-    const int64_t h = g * p.group + h_begin + i;
+    const int64_t h = g * p.group() + h_begin + i;
     const int64_t base = t * p.out.strides[0] + h * p.out.strides[1];
     const bool has_keys = l[i] > 0.0f;
     for (int64_t e = 0; e < d; ++e) {
@@ -625,25 +589,26 @@ AttendFn pick_attend() {
 
 Status run_problem(const Problem& p, Workspace workspace, const Stream& stream) {
   size_t per_thread = 0;
-  MSA_RETURN_IF_ERROR(scratch_bytes_per_thread(p.block_size, p.head_dim, p.group, &per_thread));
-  MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, per_thread * kMaxThreads));
+  MSA_RETURN_IF_ERROR(
+      scratch_bytes_per_thread(p.block_size(), p.head_dim(), p.group(), &per_thread));
+  MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, per_thread * detail::kMaxThreads));
   MSA_RETURN_IF_ERROR(validate_values(p));
 
   // Slicing head groups only when there are fewer (row, KV head) pairs than threads keeps
   // every thread busy in small decode batches; it does not change any head's arithmetic.
-  const int64_t pairs = p.num_rows * p.num_kv_heads;
+  const int64_t pairs = p.num_rows() * p.num_kv_heads();
   if (pairs == 0) return Status::Ok();
-  const int64_t threads = resolve_threads(stream);
-  const int64_t slices = std::clamp<int64_t>(ceil_div(threads, pairs), 1, p.group);
+  const int64_t threads = detail::resolve_threads(stream);
+  const int64_t slices = std::clamp<int64_t>(ceil_div(threads, pairs), 1, p.group());
   char* ws = static_cast<char*>(workspace.data);
   const AttendFn attend_fn = pick_attend();
-  return parallel_for(pairs * slices, stream, [&](int64_t begin, int64_t end, int thread) {
+  return detail::parallel_for(pairs * slices, stream, [&](int64_t begin, int64_t end, int thread) {
     float* scratch = reinterpret_cast<float*>(ws + per_thread * static_cast<size_t>(thread));
     for (int64_t item = begin; item < end; ++item) {
       const int64_t slice = item % slices;
       const int64_t pair = item / slices;
-      attend_fn(p, pair / p.num_kv_heads, pair % p.num_kv_heads, slice * p.group / slices,
-                (slice + 1) * p.group / slices, scratch);
+      attend_fn(p, pair / p.num_kv_heads(), pair % p.num_kv_heads(), slice * p.group() / slices,
+                (slice + 1) * p.group() / slices, scratch);
     }
   });
 }
@@ -655,12 +620,7 @@ Status workspace_size(const SparseAttentionDecodeArgs& args, size_t* bytes) {
 }
 
 Status run(const SparseAttentionDecodeArgs& args, Workspace workspace, Stream stream) {
-  Problem p = make_problem(Form::kDecode, args.softmax_scale, args.q, args.kv_cache,
-                           args.block_table, args.seq_lens, args.out, args.lse, args.error_flags);
-  p.query_len = args.query_len;
-  p.topk = args.topk;
-  p.topk_width = args.topk.shape[2];
-  return run_problem(p, workspace, stream);
+  return run_problem(detail::attention_problem(args), workspace, stream);
 }
 
 Status workspace_size(const SparseAttentionPrefillArgs& args, size_t* bytes) {
@@ -668,12 +628,7 @@ Status workspace_size(const SparseAttentionPrefillArgs& args, size_t* bytes) {
 }
 
 Status run(const SparseAttentionPrefillArgs& args, Workspace workspace, Stream stream) {
-  Problem p = make_problem(Form::kPrefill, args.softmax_scale, args.q, args.kv_cache,
-                           args.block_table, args.seq_lens, args.out, args.lse, args.error_flags);
-  p.cu_seqlens_q = args.cu_seqlens_q;
-  p.topk = args.topk;
-  p.topk_width = args.topk.shape[2];
-  return run_problem(p, workspace, stream);
+  return run_problem(detail::attention_problem(args), workspace, stream);
 }
 
 Status workspace_size(const DenseAttentionArgs& args, size_t* bytes) {
@@ -681,10 +636,7 @@ Status workspace_size(const DenseAttentionArgs& args, size_t* bytes) {
 }
 
 Status run(const DenseAttentionArgs& args, Workspace workspace, Stream stream) {
-  Problem p = make_problem(Form::kDense, args.softmax_scale, args.q, args.kv_cache,
-                           args.block_table, args.seq_lens, args.out, args.lse, args.error_flags);
-  p.cu_seqlens_q = args.cu_seqlens_q;
-  return run_problem(p, workspace, stream);
+  return run_problem(detail::attention_problem(args), workspace, stream);
 }
 
 }  // namespace cpu

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/thread_pool.h"
 #include "core/validate.h"
-#include "cpu/parallel.h"
 #include "msa/dtype.h"
 #include "msa/fused_qknorm_rope.h"
 
@@ -220,7 +220,7 @@ Status run(const FusedQkNormRopeArgs& args, Workspace, Stream stream) {
       args.index_slot_mapping.defined() ? args.index_slot_mapping : args.slot_mapping;
   const bool index_insert = sparse && args.index_cache.defined();
 
-  return parallel_for(args.qkv.shape[0], stream, [&](int64_t begin, int64_t end, int) {
+  return detail::parallel_for(args.qkv.shape[0], stream, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t p = load_index(args.positions, t);
       if (p < 0) {

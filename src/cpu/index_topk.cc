@@ -11,8 +11,8 @@
 
 #include "core/backends.h"
 #include "core/index_topk_problem.h"
+#include "core/thread_pool.h"
 #include "core/validate.h"
-#include "cpu/parallel.h"
 #include "msa/dtype.h"
 #include "msa/indexer.h"
 
@@ -184,7 +184,7 @@ Status scratch_layout(const Problem& pb, ScratchLayout* out) {
   per_thread = per_thread / 256 * 256;
   int64_t total = 0;
   MSA_RETURN_IF_ERROR(
-      detail::checked_mul(per_thread, kMaxThreads, "index_q: workspace bytes", &total));
+      detail::checked_mul(per_thread, detail::kMaxThreads, "index_q: workspace bytes", &total));
   ScratchLayout l;
   l.scores = 0;
   l.ids = static_cast<size_t>(block_bytes);
@@ -299,20 +299,22 @@ void compute_item(const Problem& pb, int64_t t, int64_t h, char* scratch,
 Status run_problem(const Problem& pb, Workspace workspace, Stream stream) {
   ScratchLayout layout;
   MSA_RETURN_IF_ERROR(scratch_layout(pb, &layout));
-  MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, layout.per_thread * kMaxThreads));
+  MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, layout.per_thread * detail::kMaxThreads));
   MSA_RETURN_IF_ERROR(pb.query_len > 0 ? validate_decode(pb) : validate_prefill(pb));
   const int64_t heads = pb.num_heads();
   char* base = static_cast<char*>(workspace.data);
-  return parallel_for(pb.num_rows() * heads, stream, [&](int64_t begin, int64_t end, int thread) {
-    char* scratch = base + static_cast<size_t>(thread) * layout.per_thread;
-    for (int64_t i = begin; i < end; ++i) compute_item(pb, i / heads, i % heads, scratch, layout);
-  });
+  return detail::parallel_for(
+      pb.num_rows() * heads, stream, [&](int64_t begin, int64_t end, int thread) {
+        char* scratch = base + static_cast<size_t>(thread) * layout.per_thread;
+        for (int64_t i = begin; i < end; ++i)
+          compute_item(pb, i / heads, i % heads, scratch, layout);
+      });
 }
 
 Status workspace_bytes(const Problem& pb, size_t* bytes) {
   ScratchLayout layout;
   MSA_RETURN_IF_ERROR(scratch_layout(pb, &layout));
-  *bytes = layout.per_thread * kMaxThreads;
+  *bytes = layout.per_thread * detail::kMaxThreads;
   return Status::Ok();
 }
 

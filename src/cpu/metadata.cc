@@ -12,8 +12,8 @@
 #include <string>
 
 #include "core/backends.h"
+#include "core/thread_pool.h"
 #include "core/validate.h"
-#include "cpu/parallel.h"
 #include "msa/metadata.h"
 
 namespace msa {
@@ -179,27 +179,29 @@ Status run(const BatchMetadataArgs& args, Workspace workspace, Stream stream) {
       std::max({capacity(args.token_request), capacity(args.token_position),
                 capacity(args.slot_mapping), capacity(args.index_slot_mapping)});
   // The per-token outputs first: when the worker threads cannot start, nothing is written.
-  MSA_RETURN_IF_ERROR(parallel_for(token_capacity, stream, [&](int64_t begin, int64_t end, int) {
-    // The request of the first token, then advanced as tokens cross request boundaries.
-    int64_t b = std::upper_bound(starts, starts + batch + 1, begin) - starts - 1;
-    for (int64_t t = begin; t < end; ++t) {
-      while (b < batch && t >= starts[b + 1]) ++b;
-      int64_t request = -1, position = -1, slot = -1, index_slot = -1;
-      if (t < num_tokens) {
-        request = b;
-        const int64_t q = b < nd ? L : load_i32(args.query_lens, b);
-        position = load_i32(args.seq_lens, b) - q + (t - starts[b]);
-        if (args.slot_mapping.defined()) slot = slot_of(args.block_table, b, position, bs);
-        if (args.index_slot_mapping.defined()) {
-          index_slot = slot_of(args.index_block_table, b, position, bs);
+  MSA_RETURN_IF_ERROR(
+      detail::parallel_for(token_capacity, stream, [&](int64_t begin, int64_t end, int) {
+        // The request of the first token, then advanced as tokens cross request boundaries.
+        int64_t b = std::upper_bound(starts, starts + batch + 1, begin) - starts - 1;
+        for (int64_t t = begin; t < end; ++t) {
+          while (b < batch && t >= starts[b + 1]) ++b;
+          int64_t request = -1, position = -1, slot = -1, index_slot = -1;
+          if (t < num_tokens) {
+            request = b;
+            const int64_t q = b < nd ? L : load_i32(args.query_lens, b);
+            position = load_i32(args.seq_lens, b) - q + (t - starts[b]);
+            if (args.slot_mapping.defined()) slot = slot_of(args.block_table, b, position, bs);
+            if (args.index_slot_mapping.defined()) {
+              index_slot = slot_of(args.index_block_table, b, position, bs);
+            }
+          }
+          if (t < capacity(args.token_request)) store_i32(args.token_request, t, request);
+          if (t < capacity(args.token_position)) store_i32(args.token_position, t, position);
+          if (t < capacity(args.slot_mapping)) store_i64(args.slot_mapping, t, slot);
+          if (t < capacity(args.index_slot_mapping))
+            store_i64(args.index_slot_mapping, t, index_slot);
         }
-      }
-      if (t < capacity(args.token_request)) store_i32(args.token_request, t, request);
-      if (t < capacity(args.token_position)) store_i32(args.token_position, t, position);
-      if (t < capacity(args.slot_mapping)) store_i64(args.slot_mapping, t, slot);
-      if (t < capacity(args.index_slot_mapping)) store_i64(args.index_slot_mapping, t, index_slot);
-    }
-  }));
+      }));
 
   for (int64_t b = 0; b <= batch; ++b) store_i32(args.query_start_loc, b, starts[b]);
   int64_t cu_k = 0;

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "core/backends.h"
+#include "core/thread_pool.h"
 #include "core/validate.h"
-#include "cpu/parallel.h"
 
 namespace msa {
 namespace cpu {
@@ -144,7 +144,7 @@ Status run(const SparsePage16Args& args, Workspace workspace, Stream stream) {
   (void)workspace;
   MSA_RETURN_IF_ERROR(validate_values(args));
   const int64_t rows = args.table_out.shape[0];
-  return parallel_for(rows, stream, [&](int64_t begin, int64_t end, int) {
+  return detail::parallel_for(rows, stream, [&](int64_t begin, int64_t end, int) {
     for (int64_t row = begin; row < end; ++row) build_row(args, row);
   });
 }

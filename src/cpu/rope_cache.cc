@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "cpu/parallel.h"
+#include "core/thread_pool.h"
 #include "msa/fused_qknorm_rope.h"
 
 namespace msa {
@@ -20,7 +20,7 @@ Status run(const RopeCacheArgs& args, Workspace, Stream stream) {
   const int64_t rotary_dim = out.shape[1];
   const int64_t half = rotary_dim / 2;
   float* data = out.ptr<float>();
-  return parallel_for(out.shape[0], stream, [&](int64_t begin, int64_t end, int) {
+  return detail::parallel_for(out.shape[0], stream, [&](int64_t begin, int64_t end, int) {
     for (int64_t p = begin; p < end; ++p) {
       float* row = data + p * out.strides[0];
       for (int64_t i = 0; i < half; ++i) {

@@ -43,29 +43,11 @@ __device__ __forceinline__ float to_float(uint8_t v) {
   return static_cast<float>(f);
 }
 
-// Two e4m3 elements -> an f16 pair, exactly (e4m3's 3-bit mantissa and exponents 2^-9..2^8 all
-// fit f16, NaN stays NaN), in one instruction: the element in the pair's lower byte goes to the
-// lower half. kHigh picks the word's upper pair, which the conversion reads in place (no shift).
-template <bool kHigh>
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
-  uint32_t r;
-  if constexpr (kHigh) {
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}"
-        : "=r"(r)
-        : "r"(v));
-  } else {
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}"
-        : "=r"(r)
-        : "r"(v));
-  }
-  return r;
-}
-
 // x / d for 0 <= x < 2^32 and d >= 1: a shift where d is a power of two (block sizes, query
 // lengths and head-chunk counts usually are; the test is uniform where d is), else a 32-bit
 // division. The attention kernel's divisions sit on its path to its next loads, and a 32-bit
 // division is ~20 dependent instructions around a MUFU.RCP (a 64-bit one adds a branch to a
-// library call): bench/results/2026-12-01-attn-divisions/. The index scorers keep plain
+// library call): bench/EXPERIMENTS.md: 2026-12-01-attn-divisions. The index scorers keep plain
 // divisions, whose register use their instances at the 128-register bound are tuned to.
 __device__ __forceinline__ uint32_t div_u32(uint32_t x, uint32_t d) {
   return (d & (d - 1)) == 0 ? x >> (__ffs(static_cast<int>(d)) - 1) : x / d;
@@ -73,30 +55,30 @@ __device__ __forceinline__ uint32_t div_u32(uint32_t x, uint32_t d) {
 
 // Kernel parameters: a kernel reads its parameter struct through the constant cache, which is
 // cold at its start. A uniform read (ULDC, or a c[] operand) that misses stalls the warp until
-// its 64-byte line arrives, and a warp's first misses come one after another (Nsight Compute
-// `imc` stalls: 3-12% of the warp samples of the decode kernels,
-// bench/results/2026-12-01-param-lines-insert-grid/). Every kernel reads the line at offset 0x200
-// (it holds the global memory descriptor), and a struct starts at 0x210, so its first 48 bytes
-// share that line. Parameter structs therefore list their fields in order of first use, so that
-// the fields the prologue needs before its first loads share as few lines as possible; RowMap
+// its 64-byte line arrives, and a warp's first misses come one after another (Nsight Compute's
+// `imc` stalls in the decode kernels, bench/EXPERIMENTS.md: 2026-12-01-param-lines-insert-grid).
+// Every kernel reads the line at offset
+// 0x200 (it holds the global memory descriptor), and a struct starts at 0x210, so its first 48
+// bytes share that line. Parameter structs therefore list their fields in order of first use, so
+// that the fields the prologue needs before its first loads share as few lines as possible; RowMap
 // is one line.
 //
 // Issuing loads: a load whose value is used in the branch that issued it (load_as_float in a
 // loop converts each element inside its dtype case; `cond ? p[i] : 0` does the same) makes the
-// thread wait for it before it issues the next, one memory round trip per element (measured
-// ~0.2 us each on the H200, bench/results/2026-11-29-latency-probes/). Kernels therefore take the
-// dtype branch once, issue all loads unconditionally (indices clamped into the tensor, unused
-// values dropped after they arrive) and convert afterwards, as ld_raw_elems and
+// thread wait for it before it issues the next, one memory round trip per element
+// (bench/EXPERIMENTS.md: 2026-11-29-latency-probes). Kernels therefore
+// take the dtype branch once, issue all loads unconditionally (indices clamped into the tensor,
+// unused values dropped after they arrive) and convert afterwards, as ld_raw_elems and
 // raw_elems_to_floats do.
 // Loads issued where they are written, as raw bits. A plain load can still cost its own round
 // trip: the compiler converts its value right after it when a branch follows (an i32 -> i64 sign
 // extension, a bf16 unpack, a dtype switch), and the thread waits there before it reaches the
-// next load (seen in Nsight Compute source counters, bench/results/2026-12-01-prologue-loads/).
-// An asm volatile load stays in program order with the others, and its value is not touched
-// until the caller converts it, after its other independent loads. ptxas may still sink a load
-// into the conditional block that alone uses its value (st_shared_b16_if). Coherent ld.global:
-// the buffers may be written by an earlier kernel of the stream; not ordered against this
-// thread's own stores (the callers load before they store).
+// next load (seen in Nsight Compute source counters, bench/EXPERIMENTS.md:
+// 2026-12-01-prologue-loads). An asm volatile load stays in program order with the others, and its
+// value is not touched until the caller converts it, after its other independent loads. ptxas may
+// still sink a load into the conditional block that alone uses its value (st_shared_b16_if).
+// Coherent ld.global: the buffers may be written by an earlier kernel of the stream; not ordered
+// against this thread's own stores (the callers load before they store).
 __device__ __forceinline__ uint32_t ld_raw_u8(const void* p) {
   uint32_t v;
   asm volatile("ld.global.u8 %0, [%1];" : "=r"(v) : "l"(p));
@@ -414,7 +396,8 @@ inline int device_sm_count() {
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
     (void)cudaGetLastError();
-    return 132;  // H200; only reached when the runtime cannot answer, and then no launch works
+    return 132;  // an H100/H200's; only reached when the runtime cannot answer, and then no
+                 // launch works
   }
   return n;
 }

@@ -28,6 +28,7 @@
 #include "core/backends.h"
 #include "core/validate.h"
 #include "cuda/common.cuh"
+#include "cuda/kv_cache.cuh"
 #include "cuda/prefill/prefill.h"
 
 namespace msa {
@@ -48,17 +49,8 @@ struct DenseParams {
   const void* q;
   DType q_dtype;
   int64_t q_s0, q_s1;
-  const void* k;
-  const void* v;
-  DType kv_dtype;
-  int64_t k_s[3], v_s[3];  // page, head, offset strides
-  bool vec_kv;             // 8-element chunks of K and V rows may be loaded as one word
-  KvScaleMode scale_mode;
-  const float* k_scale;
-  const float* v_scale;
-  int64_t ks_s0, ks_s1, vs_s0, vs_s1;
-  int64_t num_blocks;
-  int block_size;
+  KvCacheDevice kv;
+  bool vec_kv;  // 8-element chunks of K and V rows may be loaded as one word
   const int32_t* block_table;
   int64_t bt_s0, bt_s1, max_blocks;
   const int32_t* cu;
@@ -119,7 +111,7 @@ __device__ void row_info(const DenseParams& p, int64_t t, int64_t* request, int6
   }
   const int64_t begin = p.cu[lo * p.cu_s0], end = p.cu[(lo + 1) * p.cu_s0];
   const int64_t s = p.seq_lens[lo * p.sl_s0];
-  if (s < 0 || (s + p.block_size - 1) / p.block_size > p.max_blocks) {
+  if (s < 0 || (s + p.kv.block_size - 1) / p.kv.block_size > p.max_blocks) {
     raise_error(p.error_flags, kDeviceErrorSeqLen);
     return;
   }
@@ -131,13 +123,6 @@ __device__ void row_info(const DenseParams& p, int64_t t, int64_t* request, int6
   }
   *request = lo;
   *pos = s - (end - begin) + (t - begin);
-}
-
-__device__ __forceinline__ float key_scale(const float* scale, KvScaleMode mode, int64_t s0,
-                                           int64_t s1, int64_t g, int64_t slot) {
-  if (mode == KvScaleMode::kPerLayer) return scale[0];
-  if (mode == KvScaleMode::kPerTokenHead) return scale[g * s0 + slot * s1];
-  return 1.0f;
 }
 
 // Loads kChunk contiguous cache elements as fp32 (one 8- or 16-byte word when `vec`).
@@ -227,17 +212,17 @@ __global__ void __launch_bounds__(kThreads) dense_attention_kernel(DenseParams p
       const int64_t j = tile0 + threadIdx.x;
       int ok = 0;
       if (j <= pos) {
-        const int64_t blk = j / p.block_size, off = j % p.block_size;
+        const int64_t blk = j / p.kv.block_size, off = j % p.kv.block_size;
         const int64_t page = p.block_table[request * p.bt_s0 + blk * p.bt_s1];
-        if (page < 0 || page >= p.num_blocks) {
+        if (page < 0 || page >= p.kv.num_blocks) {
           raise_error(p.error_flags, kDeviceErrorBlockId);
         } else {
           ok = 1;
-          s_koff[threadIdx.x] = page * p.k_s[0] + g * p.k_s[1] + off * p.k_s[2];
-          s_voff[threadIdx.x] = page * p.v_s[0] + g * p.v_s[1] + off * p.v_s[2];
-          const int64_t slot = page * p.block_size + off;
-          s_kscale[threadIdx.x] = key_scale(p.k_scale, p.scale_mode, p.ks_s0, p.ks_s1, g, slot);
-          s_vscale[threadIdx.x] = key_scale(p.v_scale, p.scale_mode, p.vs_s0, p.vs_s1, g, slot);
+          s_koff[threadIdx.x] = p.kv.k_offset(page, g, off);
+          s_voff[threadIdx.x] = p.kv.v_offset(page, g, off);
+          const int64_t slot = page * p.kv.block_size + off;
+          s_kscale[threadIdx.x] = p.kv.scale(false, g, slot);
+          s_vscale[threadIdx.x] = p.kv.scale(true, g, slot);
         }
       }
       s_ok[threadIdx.x] = ok;
@@ -248,9 +233,9 @@ __global__ void __launch_bounds__(kThreads) dense_attention_kernel(DenseParams p
       const int j = c / kChunksPerRow, e0 = (c % kChunksPerRow) * kChunk;
       float kx[kChunk], vx[kChunk];
       if (s_ok[j]) {
-        load_chunk(p.k, p.kv_dtype, s_koff[j] + e0, p.vec_kv, kx);
-        load_chunk(p.v, p.kv_dtype, s_voff[j] + e0, p.vec_kv, vx);
-        if (p.scale_mode != KvScaleMode::kNone) {
+        load_chunk(p.kv.k, p.kv.dtype, s_koff[j] + e0, p.vec_kv, kx);
+        load_chunk(p.kv.v, p.kv.dtype, s_voff[j] + e0, p.vec_kv, vx);
+        if (p.kv.scale_mode != KvScaleMode::kNone) {
 #pragma unroll
           for (int i = 0; i < kChunk; ++i) {
             kx[i] *= s_kscale[j];
@@ -422,26 +407,6 @@ size_t partial_ml_bytes(const DenseAttentionArgs& args, int splits, int64_t rows
 
 }  // namespace
 
-namespace {
-
-prefill::AttentionProblem tensor_core_problem(const DenseAttentionArgs& a) {
-  prefill::AttentionProblem pb;
-  pb.sparse = false;
-  pb.batch_invariant = a.batch_invariant;
-  pb.softmax_scale = a.softmax_scale;
-  pb.q = a.q;
-  pb.kv = a.kv_cache;
-  pb.block_table = a.block_table;
-  pb.cu_seqlens_q = a.cu_seqlens_q;
-  pb.seq_lens = a.seq_lens;
-  pb.out = a.out;
-  pb.lse = a.lse;
-  pb.error_flags = a.error_flags;
-  return pb;
-}
-
-}  // namespace
-
 // Fewer rows can mean more splits, so the workspace for a capacity of T rows is the largest need
 // of any call with T' <= T rows: sized once at capacity, it serves every smaller batch. Splits
 // only happen below kTargetCtas CTAs, which bounds the search.
@@ -455,14 +420,14 @@ Status workspace_size(const DenseAttentionArgs& args, size_t* bytes) {
                       partial_o_bytes(args, splits, rows) + partial_ml_bytes(args, splits, rows));
     }
   }
-  *bytes = std::max(need, prefill::attention_workspace_bytes(tensor_core_problem(args)));
+  *bytes = std::max(need, prefill::attention_workspace_bytes(detail::attention_problem(args)));
   return Status::Ok();
 }
 
 Status run(const DenseAttentionArgs& args, Workspace workspace, Stream stream) {
   // Prefill-like calls whose shapes suit it run the tensor-core kernel; decode-like ones (few
   // rows per request) and the other shapes the split-KV kernel below.
-  const prefill::AttentionProblem tc = tensor_core_problem(args);
+  const prefill::AttentionProblem tc = detail::attention_problem(args);
   if (prefill::attention_supported(tc)) {
     MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, prefill::attention_workspace_bytes(tc)));
     return prefill::run_attention(tc, workspace, stream);
@@ -494,30 +459,13 @@ Status run(const DenseAttentionArgs& args, Workspace workspace, Stream stream) {
   p.q_dtype = args.q.dtype;
   p.q_s0 = args.q.strides[0];
   p.q_s1 = args.q.strides[1];
-  p.k = kv.k.data;
-  p.v = kv.v.data;
-  p.kv_dtype = kv.k.dtype;
-  for (int i = 0; i < 3; ++i) {
-    p.k_s[i] = kv.k.strides[i];
-    p.v_s[i] = kv.v.strides[i];
-  }
+  p.kv = kv_cache_device(kv);
   const size_t chunk_bytes = static_cast<size_t>(kChunk * dtype_size(kv.k.dtype));
   bool vec = is_aligned(kv.k.data, chunk_bytes) && is_aligned(kv.v.data, chunk_bytes);
-  for (int i = 0; i < 3; ++i) vec = vec && p.k_s[i] % kChunk == 0 && p.v_s[i] % kChunk == 0;
-  p.vec_kv = vec;
-  p.scale_mode = kv.scale_mode;
-  if (kv.scale_mode != KvScaleMode::kNone) {
-    p.k_scale = kv.k_scale.ptr<const float>();
-    p.v_scale = kv.v_scale.ptr<const float>();
-    if (kv.scale_mode == KvScaleMode::kPerTokenHead) {
-      p.ks_s0 = kv.k_scale.strides[0];
-      p.ks_s1 = kv.k_scale.strides[1];
-      p.vs_s0 = kv.v_scale.strides[0];
-      p.vs_s1 = kv.v_scale.strides[1];
-    }
+  for (int i = 0; i < 3; ++i) {
+    vec = vec && p.kv.k_stride[i] % kChunk == 0 && p.kv.v_stride[i] % kChunk == 0;
   }
-  p.num_blocks = kv.num_blocks();
-  p.block_size = static_cast<int>(kv.block_size());
+  p.vec_kv = vec;
   p.block_table = args.block_table.ptr<const int32_t>();
   p.bt_s0 = args.block_table.strides[0];
   p.bt_s1 = args.block_table.strides[1];

@@ -18,6 +18,7 @@
 #include "core/backends.h"
 #include "core/validate.h"
 #include "cuda/common.cuh"
+#include "cuda/kv_cache.cuh"
 
 namespace msa {
 namespace cuda {
@@ -57,15 +58,7 @@ struct FusedParams {
   const void* slots;
   bool slots_i64;
   int64_t slots_s0;
-  void* k_cache;
-  void* v_cache;
-  DType kv_dtype;
-  int64_t kc_s[3], vc_s[3];  // strides of dims 0..2 (page, head, offset)
-  int64_t kv_block_size, kv_slot_limit;
-  KvScaleMode scale_mode;
-  const float* k_scale;
-  const float* v_scale;
-  int64_t ks_s0, ks_s1, vs_s0, vs_s1;
+  KvCacheDevice kv;  // kv_insert
 
   const void* index_slots;
   bool index_slots_i64;
@@ -311,18 +304,6 @@ __device__ __forceinline__ SlotKind decode_slot(const FusedParams& p, int s, int
   return s < p.niq ? kIQ : kIK;
 }
 
-__device__ __forceinline__ float kv_divisor(const FusedParams& p, bool is_v, int h, int64_t slot) {
-  switch (p.scale_mode) {
-    case KvScaleMode::kPerLayer:
-      return is_v ? p.v_scale[0] : p.k_scale[0];
-    case KvScaleMode::kPerTokenHead:
-      return is_v ? p.v_scale[h * p.vs_s0 + slot * p.vs_s1]
-                  : p.k_scale[h * p.ks_s0 + slot * p.ks_s1];
-    default:
-      return 1.0f;
-  }
-}
-
 template <typename T, int V>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) fused_qknorm_rope_kernel(FusedParams p) {
   const int lane = threadIdx.x % 32;
@@ -391,13 +372,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) fused_qknorm_rope_kernel(
   }
   // A slot past its cache is skipped and flagged; a negative one is a padding token's.
   int64_t slot = kv_slot || ic_slot ? index_value(slot_raw, slot_i64) : -1;
-  const int64_t slot_limit = kind == kIK ? p.ic_slot_limit : p.kv_slot_limit;
+  const int64_t slot_limit = kind == kIK ? p.ic_slot_limit : p.kv.slots();
   if (slot >= slot_limit) {
     if (lane == 0) raise_error(p.error_flags, kDeviceErrorSlot);
     slot = -1;
   }
   float divisor = 1.0f;
-  if (slot >= 0 && (kind == kK || kind == kV)) divisor = kv_divisor(p, kind == kV, h, slot);
+  if (slot >= 0 && (kind == kK || kind == kV)) divisor = p.kv.scale(kind == kV, h, slot);
   float wv[V];
   if (which_w >= 0) raw_elems_to_floats<V>(p.w_dtype[which_w], w_raw, wv);
 
@@ -416,17 +397,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) fused_qknorm_rope_kernel(
       norm_rope<V>(p, pos, wv, x);
       store_row<T, V>(src, p.vec_qkv, x, 1.0f);
       if (slot < 0) break;
-      store_row_dt<V>(p.k_cache, p.kv_dtype,
-                      (slot / p.kv_block_size) * p.kc_s[0] + h * p.kc_s[1] +
-                          (slot % p.kv_block_size) * p.kc_s[2] + lane_off,
-                      p.vec_kv, x, divisor);
+      store_row_dt<V>(p.kv.k, p.kv.dtype, p.kv.k_slot_offset(h, slot) + lane_off, p.vec_kv, x,
+                      divisor);
       break;
     case kV:
       if (slot < 0) break;
-      store_row_dt<V>(p.v_cache, p.kv_dtype,
-                      (slot / p.kv_block_size) * p.vc_s[0] + h * p.vc_s[1] +
-                          (slot % p.kv_block_size) * p.vc_s[2] + lane_off,
-                      p.vec_kv, x, divisor);
+      store_row_dt<V>(p.kv.v, p.kv.dtype, p.kv.v_slot_offset(h, slot) + lane_off, p.vec_kv, x,
+                      divisor);
       break;
     case kIQ:
       norm_rope<V>(p, pos, wv, x);
@@ -596,26 +573,24 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       if (!p.kv_insert) break;
       const int64_t slot = load_index(p.slots, p.slots_i64, t * p.slots_s0);
       if (slot < 0) break;
-      if (slot >= p.kv_slot_limit) {
+      if (slot >= p.kv.slots()) {
         if (lane == 0) raise_error(p.error_flags, kDeviceErrorSlot);
         break;
       }
-      const int64_t off = (slot / p.kv_block_size) * p.kc_s[0] + h * p.kc_s[1] +
-                          (slot % p.kv_block_size) * p.kc_s[2];
-      store_strided_dt(p.k_cache, p.kv_dtype, off, dim, x, kv_divisor(p, false, h, slot));
+      store_strided_dt(p.kv.k, p.kv.dtype, p.kv.k_slot_offset(h, slot), dim, x,
+                       p.kv.scale(false, h, slot));
       break;
     }
     case kV: {
       const int64_t slot = load_index(p.slots, p.slots_i64, t * p.slots_s0);
       if (slot < 0) break;
-      if (slot >= p.kv_slot_limit) {
+      if (slot >= p.kv.slots()) {
         if (lane == 0) raise_error(p.error_flags, kDeviceErrorSlot);
         break;
       }
       load_strided<T>(row + p.v_begin + static_cast<int64_t>(h) * dim, dim, x);
-      const int64_t off = (slot / p.kv_block_size) * p.vc_s[0] + h * p.vc_s[1] +
-                          (slot % p.kv_block_size) * p.vc_s[2];
-      store_strided_dt(p.v_cache, p.kv_dtype, off, dim, x, kv_divisor(p, true, h, slot));
+      store_strided_dt(p.kv.v, p.kv.dtype, p.kv.v_slot_offset(h, slot), dim, x,
+                       p.kv.scale(true, h, slot));
       break;
     }
     case kIQ: {
@@ -764,31 +739,10 @@ Status run(const FusedQkNormRopeArgs& args, Workspace, Stream stream) {
     p.slots = args.slot_mapping.data;
     p.slots_i64 = args.slot_mapping.dtype == DType::kI64;
     p.slots_s0 = args.slot_mapping.strides[0];
-    p.k_cache = kv.k.data;
-    p.v_cache = kv.v.data;
-    p.kv_dtype = kv.k.dtype;
-    for (int i = 0; i < 3; ++i) {
-      p.kc_s[i] = kv.k.strides[i];
-      p.vc_s[i] = kv.v.strides[i];
-    }
-    p.kv_block_size = kv.block_size();
-    p.kv_slot_limit = kv.num_blocks() * kv.block_size();
-    p.scale_mode = kv.scale_mode;
-    if (kv.scale_mode != KvScaleMode::kNone) {
-      p.k_scale = kv.k_scale.ptr<const float>();
-      p.v_scale = kv.v_scale.ptr<const float>();
-      if (kv.scale_mode == KvScaleMode::kPerTokenHead) {
-        p.ks_s0 = kv.k_scale.strides[0];
-        p.ks_s1 = kv.k_scale.strides[1];
-        p.vs_s0 = kv.v_scale.strides[0];
-        p.vs_s1 = kv.v_scale.strides[1];
-      }
-    }
+    p.kv = kv_cache_device(kv);
     p.vec_kv =
         vec_ok(kv.k.data, kv.k.dtype, v, {kv.k.strides[0], kv.k.strides[1], kv.k.strides[2]}) &&
         vec_ok(kv.v.data, kv.v.dtype, v, {kv.v.strides[0], kv.v.strides[1], kv.v.strides[2]});
-  } else {
-    p.scale_mode = KvScaleMode::kNone;
   }
   if (p.index_insert) {
     const TensorView& slots =

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cuda/common.cuh"
+#include "msa/tensor.h"
 
 namespace msa {
 namespace cuda {
@@ -24,6 +25,27 @@ struct RowMap {
   int32_t block_size = 128;
 };
 static_assert(sizeof(RowMap) == 64, "RowMap is one 64-byte line");
+
+// The row map of an op call (host side): a decode batch of query_len rows per request when
+// cu_seqlens_q is not given, else a prefill batch ([num_requests + 1] offsets); num_rows rows (T)
+// over a block table of max_blocks columns and blocks of block_size tokens.
+inline RowMap make_row_map(const TensorView& seq_lens, const TensorView& cu_seqlens_q,
+                           int query_len, int64_t num_rows, int64_t max_blocks,
+                           int64_t block_size) {
+  RowMap rows;
+  rows.seq_lens = seq_lens.ptr<const int32_t>();
+  rows.seq_lens_stride = seq_lens.strides[0];
+  if (cu_seqlens_q.defined()) {
+    rows.cu_seqlens_q = cu_seqlens_q.ptr<const int32_t>();
+    rows.cu_stride = cu_seqlens_q.strides[0];
+  }
+  rows.num_requests = static_cast<int32_t>(seq_lens.shape[0]);
+  rows.query_len = query_len > 0 ? query_len : 1;
+  rows.num_rows = num_rows;
+  rows.max_blocks = max_blocks;
+  rows.block_size = static_cast<int32_t>(block_size);
+  return rows;
+}
 
 // req < 0: the row attends to nothing (padding, or metadata that failed validation).
 // Row r of the request is at position pos_base + r. Rows [row, seg_end) share the request.

@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "cpu/parallel.h"
+#include "core/thread_pool.h"
 #include "engine/synth.h"
 #include "msa/attention.h"
 #include "msa/cache.h"
@@ -349,8 +349,8 @@ Status ModelRunner::Impl::prepare_step(const Batch& b, int64_t* num_tokens) {
   clock.start(kStageActivations);
   if (!o.device.is_cuda()) dirs.resize(static_cast<size_t>(T * 2 * dir_dim));
   const int bs = o.model.sparse_block_size;
-  Status st =
-      cpu::parallel_for(o.device.is_cuda() ? 0 : T, stream(), [&](int64_t begin, int64_t end, int) {
+  Status st = detail::parallel_for(
+      o.device.is_cuda() ? 0 : T, stream(), [&](int64_t begin, int64_t end, int) {
         for (int64_t t = begin; t < end; ++t) {
           float* qd = dirs.data() + t * 2 * dir_dim;
           float* kd = qd + dir_dim;
@@ -391,7 +391,7 @@ Status ModelRunner::Impl::synthesize(int layer, int64_t T) {
   }
 #endif
   uint16_t* dst = qkv.ptr<uint16_t>();
-  const Status st = cpu::parallel_for(T, stream(), [&](int64_t begin, int64_t end, int) {
+  const Status st = detail::parallel_for(T, stream(), [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       const float* qd = dirs.data() + t * 2 * dir_dim;
       const float* kd = qd + dir_dim;
@@ -420,7 +420,7 @@ Status ModelRunner::Impl::digest_layer(int layer, int64_t T) {
   }
 #endif
   const float* src = out.ptr<float>();
-  const Status st = cpu::parallel_for(T, stream(), [&](int64_t begin, int64_t end, int) {
+  const Status st = detail::parallel_for(T, stream(), [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       digests[static_cast<size_t>(t)] = synth::fold_digest(
           digests[static_cast<size_t>(t)], synth::row_digest(src + t * n, n), layer);

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import pathlib
@@ -74,3 +75,13 @@ def test_bad_arguments_exit_2_naming_them(tmp_path, capsys) -> None:
     except SystemExit as e:
         assert e.code == 2
     assert "--tolerance must be at least 0, got -1.0" in capsys.readouterr().err
+
+
+def test_gzipped_records(tmp_path, capsys) -> None:
+    rows = [_row(8192, 1, "bf16", 20.0, 1.01)]
+    plain = _write(tmp_path / "old.json", rows)
+    packed = tmp_path / "new.json.gz"
+    with gzip.open(packed, "wt") as f:
+        f.write(json.dumps({"rows": rows}))
+    assert compare_runs.main([plain, str(packed)]) == 0
+    assert "1 configurations in both runs" in capsys.readouterr().out

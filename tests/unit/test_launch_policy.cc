@@ -96,7 +96,7 @@ TEST(LaunchPolicy, IndexWithNothingToScoreLaunchesNoScoreGrid) {
 
 // Resident clusters of each size (index = CTAs per cluster) of a 256-thread kernel at 2 CTAs per
 // SM on the H200, as cudaOccupancyMaxActiveClusters reports them (a cluster stays within one GPC;
-// bench/results/2026-11-30-index-cluster-select-ab/).
+// bench/EXPERIMENTS.md: 2026-11-30-index-cluster-select-ab).
 IndexClusterLimits h200_clusters() {
   IndexClusterLimits c;
   c.max_size = 16;

@@ -8,6 +8,7 @@
 
 #include "core/validate.h"
 #include "cuda/common.cuh"
+#include "cuda/kv_cache.cuh"
 #include "cuda/prefill/attention_kernel.cuh"
 #include "cuda/prefill/prefill.h"
 #include "cuda/prefill/tiles.cuh"
@@ -109,7 +110,7 @@ bool attention_supported(const AttentionProblem& pb) {
   const DType ot = pb.out.dtype;
   if (ot != qt && ot != DType::kF32) return false;
   if (!q_rows_aligned(pb.q) || !out_aligned(pb.out, ot == DType::kF32 ? 8 : 4)) return false;
-  if (pb.sparse) {
+  if (pb.sparse()) {
     if (pb.topk.shape[2] * tile_tokens(pb) > kMaxUnion) return false;
     if (pb.block_table.shape[1] > 32 * kMaxBitmapWords) return false;
   }
@@ -140,16 +141,8 @@ Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream str
   const auto cuda_stream = stream_of(stream);
   const int64_t T = pb.q.shape[0];
   const int64_t hq = pb.q.shape[1], hkv = pb.kv.num_kv_heads();
-  RowMap rows;
-  rows.seq_lens = pb.seq_lens.ptr<const int32_t>();
-  rows.seq_lens_stride = pb.seq_lens.strides[0];
-  rows.cu_seqlens_q = pb.cu_seqlens_q.ptr<const int32_t>();
-  rows.cu_stride = pb.cu_seqlens_q.strides[0];
-  rows.num_requests = static_cast<int32_t>(pb.seq_lens.shape[0]);
-  rows.query_len = 1;
-  rows.num_rows = T;
-  rows.max_blocks = pb.block_table.shape[1];
-  rows.block_size = static_cast<int32_t>(pb.kv.block_size());
+  const RowMap rows =
+      make_row_map(pb.seq_lens, pb.cu_seqlens_q, 0, T, pb.block_table.shape[1], pb.kv.block_size());
   int32_t* flags = pb.error_flags.defined() ? pb.error_flags.ptr<int32_t>() : nullptr;
   auto* offsets = static_cast<int32_t*>(workspace.data);
   const int32_t tq = tile_tokens(pb);
@@ -181,23 +174,24 @@ Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream str
   prm.q_stride_row = pb.q.strides[0];
   prm.q_stride_head = pb.q.strides[1];
   const KvCacheView& kv = pb.kv;
+  const KvCacheDevice kvd = kv_cache_device(kv);
   CUtensorMap k_map{}, v_map{};
   if (kv.k.dtype == DType::kE4M3) {
-    prm.k8 = static_cast<const uint8_t*>(kv.k.data);
-    prm.v8 = static_cast<const uint8_t*>(kv.v.data);
+    prm.k8 = static_cast<const uint8_t*>(kvd.k);
+    prm.v8 = static_cast<const uint8_t*>(kvd.v);
     for (int i = 0; i < 3; ++i) {
-      prm.k_stride[i] = kv.k.strides[i];
-      prm.v_stride[i] = kv.v.strides[i];
+      prm.k_stride[i] = kvd.k_stride[i];
+      prm.v_stride[i] = kvd.v_stride[i];
     }
   } else {
     MSA_RETURN_IF_ERROR(encode_side(&k_map, "kv_cache.k", kv.k));
     MSA_RETURN_IF_ERROR(encode_side(&v_map, "kv_cache.v", kv.v));
   }
-  prm.num_cache_blocks = kv.num_blocks();
+  prm.num_cache_blocks = kvd.num_blocks;
   prm.block_table = pb.block_table.ptr<const int32_t>();
   prm.bt_stride_req = pb.block_table.strides[0];
   prm.bt_stride_block = pb.block_table.strides[1];
-  if (pb.sparse) {
+  if (pb.sparse()) {
     prm.topk = pb.topk.ptr<const int32_t>();
     prm.tk_stride_head = pb.topk.strides[0];
     prm.tk_stride_row = pb.topk.strides[1];
@@ -211,12 +205,10 @@ Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream str
   prm.lse = lse;
   prm.lse_stride_row = lse_s0;
   prm.lse_stride_head = lse_s1;
-  const float scale =
-      pb.softmax_scale != 0.0f ? pb.softmax_scale : 1.0f / std::sqrt(static_cast<float>(kAttnDim));
-  prm.scale_log2 = scale * kLog2e;
+  prm.scale_log2 = pb.scale() * kLog2e;
   if (kv.scale_mode == KvScaleMode::kPerLayer) {
-    prm.k_scale = kv.k_scale.ptr<const float>();
-    prm.v_scale = kv.v_scale.ptr<const float>();
+    prm.k_scale = kvd.k_scale;
+    prm.v_scale = kvd.v_scale;
   }
   prm.group = static_cast<int32_t>(hq / hkv);
   prm.tile_tokens = tq;
@@ -224,8 +216,8 @@ Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream str
   const int64_t tiles = max_tiles(T, rows.num_requests, tq);
   if (tiles > 0x7FFFFFFF) return detail::not_supported("prefill attention: too many query tiles");
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(hkv));
-  return pb.sparse ? launch_for_dtype<true>(pb, k_map, v_map, prm, grid, cuda_stream)
-                   : launch_for_dtype<false>(pb, k_map, v_map, prm, grid, cuda_stream);
+  return pb.sparse() ? launch_for_dtype<true>(pb, k_map, v_map, prm, grid, cuda_stream)
+                     : launch_for_dtype<false>(pb, k_map, v_map, prm, grid, cuda_stream);
 }
 
 }  // namespace prefill

@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "cuda/common.cuh"
+#include "cuda/mma.cuh"
 #include "cuda/prefill/tiles.cuh"
 #include "cuda/row_map.cuh"
 #include "cuda/sm90/hopper.cuh"

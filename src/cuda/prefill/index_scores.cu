@@ -114,16 +114,8 @@ Status run_index_scores(const IndexProblem& pb, float* scores, void* plan, Strea
   const int64_t T = pb.num_rows();
   const int64_t H = pb.num_heads();
   const int32_t tile_tokens = static_cast<int32_t>(kIndexRows / H);
-  RowMap rows;
-  rows.seq_lens = pb.seq_lens.ptr<const int32_t>();
-  rows.seq_lens_stride = pb.seq_lens.strides[0];
-  rows.cu_seqlens_q = pb.cu_seqlens_q.ptr<const int32_t>();
-  rows.cu_stride = pb.cu_seqlens_q.strides[0];
-  rows.num_requests = static_cast<int32_t>(pb.num_requests());
-  rows.query_len = 1;
-  rows.num_rows = T;
-  rows.max_blocks = pb.max_blocks();
-  rows.block_size = static_cast<int32_t>(pb.block_size());
+  const RowMap rows =
+      make_row_map(pb.seq_lens, pb.cu_seqlens_q, 0, T, pb.max_blocks(), pb.block_size());
   int32_t* flags = pb.error_flags.defined() ? pb.error_flags.ptr<int32_t>() : nullptr;
   auto* offsets = static_cast<int32_t*>(plan);
   MSA_RETURN_IF_ERROR(launch_tile_plan(rows, tile_tokens, offsets, flags, cuda_stream));

@@ -1,11 +1,13 @@
-// Host entry points of the tensor-core prefill kernels (sm_90a), called by the op launchers in
-// src/cuda/{index_topk,sparse_attention,dense_attention}.cu when the call's shapes suit them
-// (the *_supported functions, pure functions of shapes, dtypes, strides and the device).
+// Host entry points of the tensor-core prefill kernels (sm_90a), called by the op launchers
+// (src/cuda/index/launch.cu, src/cuda/attention/launch.cu, src/cuda/dense_attention.cu) when the
+// call's shapes suit them (the *_supported functions, pure functions of shapes, dtypes, strides
+// and the device).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "core/attention_problem.h"
 #include "core/index_topk_problem.h"
 #include "msa/attention.h"
 #include "msa/types.h"
@@ -41,14 +43,7 @@ Status run_index_scores(const detail::IndexTopkProblem& pb, float* scores, void*
 
 // ---- Attention (dense causal and sparse) ----
 
-struct AttentionProblem {
-  bool sparse = false;
-  bool batch_invariant = false;  // choose by per-row shapes only (no rows-per-request rule)
-  float softmax_scale = 0.0f;
-  TensorView q;
-  KvCacheView kv;
-  TensorView block_table, cu_seqlens_q, seq_lens, topk, out, lse, error_flags;
-};
+using detail::AttentionProblem;  // the prefill and dense forms
 
 // Whether the tensor-core attention serves this problem: head dim and block size 128, 8 or 16 q
 // heads per KV head, q bf16 with a bf16 or e4m3 cache (scale none or per layer) or q f16 with an

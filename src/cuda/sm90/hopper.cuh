@@ -31,6 +31,8 @@
 #include <cute/arch/mma_sm90_desc.hpp>
 #include <cute/arch/mma_sm90_gmma.hpp>
 
+#include "cuda/mma.cuh"
+
 namespace msa {
 namespace cuda {
 namespace sm90 {
@@ -40,9 +42,7 @@ namespace gmma = cute::SM90::GMMA;
 constexpr int kPanelRowBytes = 128;
 constexpr int kSwizzleAtomBytes = 1024;  // 8 rows of 128 bytes
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+using cuda::smem_addr;
 
 // Byte offset of the 16-byte chunk `chunk` (0..7) of row `row` in a swizzled panel.
 __device__ __forceinline__ uint32_t swizzled_chunk(uint32_t row, uint32_t chunk) {
