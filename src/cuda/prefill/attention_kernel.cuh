@@ -189,348 +189,281 @@ __device__ __forceinline__ void softmax_step(float (&s)[64], float (&o)[64], flo
   for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
 }
 
-template <sm90::Mma16 kMma, bool kE4M3, bool kSparse>
-__global__ void __launch_bounds__(kAttnThreads, 1)
-    prefill_attention_sm90_kernel(const __grid_constant__ CUtensorMap k_map,
-                                  const __grid_constant__ CUtensorMap v_map, const AttnParams p) {
-  extern __shared__ __align__(1024) uint8_t smem_raw[];
-  uint8_t* smem =
-      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  uint8_t* sQ = smem;
-  uint8_t* sK = sQ + kAttnRows * kAttnDim * 2;
-  uint8_t* sV = sK + kAttnStages * kTile16Bytes;
-  auto* ss = reinterpret_cast<AttnSmem*>(sV + kAttnStages * kTile16Bytes);
+// What every step of a CTA knows about its work item.
+struct AttnWork {
+  Tile tile;
+  int g;               // KV head
+  int64_t own;         // the tile's own block (the last visible one)
+  int nblocks;         // blocks the tile walks
+  int64_t tail_block;  // the request's last page
+  int tail_valid;      // slots of it below the length (1..128)
+};
 
-  const int32_t total = p.tile_offsets[p.rows.num_requests];
-  const int32_t tile_index = total - 1 - static_cast<int32_t>(blockIdx.x);
-  if (tile_index < 0) return;
-  const Tile tile = find_tile(p.rows, p.tile_offsets, tile_index, p.tile_tokens);
-  const int g = static_cast<int>(blockIdx.y);
-  const int G = p.group;
-  const int64_t own = tile.win_pos / kAttnKeys;
-  const int tid = threadIdx.x;
-  const int wg = tid / 128;
-  const int t = tid % 128;
-
-  if (tid == 0) {
-    for (int s = 0; s < kAttnStages; ++s) {
-      sm90::barrier_init(&ss->full_k[s], 1);
-      sm90::barrier_init(&ss->full_v[s], 1);
-      sm90::barrier_init(&ss->empty[s], 256);  // every consumer thread arrives
+// Producer step (sparse): the union of the tile's top-k lists, by the producer warpgroup's 128
+// threads: mark the visible blocks in a bitmap, rank the marked ones by a prefix count, resolve
+// their pages, then OR each entry's token into its block's mask. Entries outside the visible
+// blocks are flagged and dropped; repeated entries mark the same block.
+__device__ __forceinline__ void build_union(const AttnParams& p, const Tile& tile, int g,
+                                            int64_t own, AttnSmem* ss, int t) {
+  const int words = static_cast<int>((own + 32) / 32);  // covers blocks 0..own
+  for (int w = t; w < words; w += 128) ss->bitmap[w] = 0;
+  sm90::named_sync(1, 128);
+  const int entries = p.tile_tokens * p.topk_width;
+  for (int e = t; e < entries; e += 128) {
+    const int tok = e / p.topk_width, col = e % p.topk_width;
+    const int64_t pos = tile.win_pos + tok;
+    if (pos < tile.lo || pos >= tile.hi) continue;
+    const int64_t row = tile.row0 + (pos - tile.start_pos);
+    const int32_t id = p.topk[g * p.tk_stride_head + row * p.tk_stride_row + col * p.tk_stride_col];
+    if (id < 0) continue;
+    if (id > own) {
+      raise_error(p.error_flags, kDeviceErrorTopkId);
+      continue;
     }
-    sm90::barrier_init(&ss->fix, 1);
-    sm90::barrier_init_fence();
+    atomicOr(&ss->bitmap[id / 32], 1u << (id % 32));
   }
-
-  if (wg == 0) {
-    if constexpr (kSparse) {
-      // Union of the tile's top-k lists: mark the visible blocks in a bitmap, rank the marked
-      // ones by a prefix count, then OR each entry's token into its block's mask.
-      const int words = static_cast<int>((own + 32) / 32);  // covers blocks 0..own
-      for (int w = t; w < words; w += 128) ss->bitmap[w] = 0;
-      sm90::named_sync(1, 128);
-      const int entries = p.tile_tokens * p.topk_width;
-      for (int e = t; e < entries; e += 128) {
-        const int tok = e / p.topk_width, col = e % p.topk_width;
-        const int64_t pos = tile.win_pos + tok;
-        if (pos < tile.lo || pos >= tile.hi) continue;
-        const int64_t row = tile.row0 + (pos - tile.start_pos);
-        const int32_t id =
-            p.topk[g * p.tk_stride_head + row * p.tk_stride_row + col * p.tk_stride_col];
-        if (id < 0) continue;
-        if (id > own) {
-          raise_error(p.error_flags, kDeviceErrorTopkId);
-          continue;
-        }
-        atomicOr(&ss->bitmap[id / 32], 1u << (id % 32));
-      }
-      sm90::named_sync(1, 128);
-      if (t < 32) {  // exclusive prefix count of the bitmap words, 32 words per round
-        int carry = 0;
-        for (int w0 = 0; w0 < words; w0 += 32) {
-          const int w = w0 + t;
-          const int c = w < words ? __popc(ss->bitmap[w]) : 0;
-          int incl = c;
+  sm90::named_sync(1, 128);
+  if (t < 32) {  // exclusive prefix count of the bitmap words, 32 words per round
+    int carry = 0;
+    for (int w0 = 0; w0 < words; w0 += 32) {
+      const int w = w0 + t;
+      const int c = w < words ? __popc(ss->bitmap[w]) : 0;
+      int incl = c;
 #pragma unroll
-          for (int off = 1; off < 32; off <<= 1) {
-            const int n = __shfl_up_sync(0xFFFFFFFFu, incl, off);
-            if (t >= off) incl += n;
-          }
-          if (w < words) ss->word_base[w] = carry + incl - c;
-          carry += __shfl_sync(0xFFFFFFFFu, incl, 31);
-        }
-        if (t == 0) ss->union_count = carry;
+      for (int off = 1; off < 32; off <<= 1) {
+        const int n = __shfl_up_sync(0xFFFFFFFFu, incl, off);
+        if (t >= off) incl += n;
       }
-      sm90::named_sync(1, 128);
-      for (int w = t; w < words; w += 128) {
-        uint32_t bits = ss->bitmap[w];
-        int rank = ss->word_base[w];
-        while (bits != 0) {
-          const int b = __ffs(static_cast<int>(bits)) - 1;
-          bits &= bits - 1;
-          const int64_t blk = static_cast<int64_t>(w) * 32 + b;
-          const int32_t page = p.block_table[tile.req * p.bt_stride_req + blk * p.bt_stride_block];
-          const bool ok = page >= 0 && page < p.num_cache_blocks;
-          if (!ok) raise_error(p.error_flags, kDeviceErrorBlockId);
-          ss->union_block[rank] = static_cast<int32_t>(blk);
-          ss->union_page[rank] = ok ? page : -1;
-          ss->union_mask[rank] = 0;
-          ++rank;
-        }
-      }
-      sm90::named_sync(1, 128);
-      for (int e = t; e < entries; e += 128) {
-        const int tok = e / p.topk_width, col = e % p.topk_width;
-        const int64_t pos = tile.win_pos + tok;
-        if (pos < tile.lo || pos >= tile.hi) continue;
-        const int64_t row = tile.row0 + (pos - tile.start_pos);
-        const int32_t id =
-            p.topk[g * p.tk_stride_head + row * p.tk_stride_row + col * p.tk_stride_col];
-        if (id < 0 || id > own) continue;
-        const uint32_t word = ss->bitmap[id / 32];
-        const int rank = ss->word_base[id / 32] + __popc(word & ((1u << (id % 32)) - 1u));
-        atomicOr(&ss->union_mask[rank], 1u << tok);
-      }
-    } else if (t == 0) {
-      ss->union_count = static_cast<int32_t>(own + 1);
+      if (w < words) ss->word_base[w] = carry + incl - c;
+      carry += __shfl_sync(0xFFFFFFFFu, incl, 31);
     }
-  } else {
-    // Q rows of this consumer warpgroup.
-    const int64_t es = 2;
-    load_q_rows(sQ, 64 * (wg - 1), t, [&](int r) -> const uint8_t* {
-      const int64_t pos = tile.win_pos + r / G;
-      if (pos < tile.lo || pos >= tile.hi) return nullptr;
-      const int64_t row = tile.row0 + (pos - tile.start_pos);
-      return static_cast<const uint8_t*>(p.q) +
-             (row * p.q_stride_row + (static_cast<int64_t>(g) * G + r % G) * p.q_stride_head) * es;
-    });
-    sm90::fence_async_shared();
+    if (t == 0) ss->union_count = carry;
   }
-  __syncthreads();
-  const int nblocks = __shfl_sync(0xFFFFFFFFu, ss->union_count, 0);
-  const int64_t tail_block = (tile.seq_len - 1) / kAttnKeys;  // the request's last page
-  const int tail_valid = static_cast<int>(tile.seq_len - tail_block * kAttnKeys);
-
-  if (wg == 0) {
-    // ---- Producer ----
-    if constexpr (kE4M3) {
-      sm90::regs_dealloc<56>();
-      for (int u = 0; u < nblocks; ++u) {
-        const int s = u % kAttnStages;
-        if (u >= kAttnStages) sm90::barrier_wait(&ss->empty[s], ((u / kAttnStages) - 1) & 1);
-        int64_t blk = u;
-        int32_t page;
-        if constexpr (kSparse) {
-          blk = ss->union_block[u];
-          page = ss->union_page[u];
-        } else {
-          page = p.block_table[tile.req * p.bt_stride_req + blk * p.bt_stride_block];
-          if (page < 0 || page >= p.num_cache_blocks) {
-            if (t == 0) raise_error(p.error_flags, kDeviceErrorBlockId);
-            page = -1;
-          }
-        }
-        if (page >= 0) {
-          const int valid = blk == tail_block ? tail_valid : kAttnKeys;
-          convert_e4m3_tile(p.k8, p.k_stride, page, g, kAttnKeys, sK + s * kTile16Bytes, t);
-          convert_e4m3_tile(p.v8, p.v_stride, page, g, valid, sV + s * kTile16Bytes, t);
-          sm90::fence_async_shared();
-        }
-        sm90::named_sync(1, 128);
-        if (t == 0) {
-          ss->stage_page[s] = page;
-          sm90::barrier_arrive(&ss->full_k[s]);
-          sm90::barrier_arrive(&ss->full_v[s]);
-        }
-      }
-    } else {
-      sm90::regs_dealloc<32>();
-      if (t < 32) {
-        const int lane = t;
-        uint32_t fix_phase = 0;
-        if (lane == 0) {
-          sm90::tma_prefetch_map(&k_map);
-          sm90::tma_prefetch_map(&v_map);
-        }
-        int32_t page_ahead = 0;  // dense: pages of blocks u0 .. u0 + 31, one per lane
-        for (int u = 0; u < nblocks; ++u) {
-          const int s = u % kAttnStages;
-          int64_t blk = u;
-          int32_t page;
-          if constexpr (kSparse) {
-            blk = ss->union_block[u];
-            page = ss->union_page[u];
-          } else {
-            if (u % 32 == 0) {
-              const int64_t b = u + lane;
-              page_ahead = b < nblocks
-                               ? p.block_table[tile.req * p.bt_stride_req + b * p.bt_stride_block]
-                               : 0;
-            }
-            page = __shfl_sync(0xFFFFFFFFu, page_ahead, u % 32);
-            if (page < 0 || page >= p.num_cache_blocks) {
-              if (lane == 0) raise_error(p.error_flags, kDeviceErrorBlockId);
-              page = -1;
-            }
-          }
-          if (u >= kAttnStages) sm90::barrier_wait(&ss->empty[s], ((u / kAttnStages) - 1) & 1);
-          uint8_t* dk = sK + s * kTile16Bytes;
-          uint8_t* dv = sV + s * kTile16Bytes;
-          if (lane == 0) ss->stage_page[s] = page;
-          __syncwarp();
-          if (page < 0) {
-            if (lane == 0) {
-              sm90::barrier_arrive(&ss->full_k[s]);
-              sm90::barrier_arrive(&ss->full_v[s]);
-            }
-            continue;
-          }
-          if (lane == 0) {
-            sm90::barrier_expect_tx(&ss->full_k[s], kTile16Bytes);
-            sm90::tma_load_4d(&k_map, &ss->full_k[s], dk, 0, 0, g, page);
-            sm90::tma_load_4d(&k_map, &ss->full_k[s], dk + kAttnKeys * 128, 64, 0, g, page);
-          }
-          if (blk != tail_block || tail_valid == kAttnKeys) {
-            if (lane == 0) {
-              sm90::barrier_expect_tx(&ss->full_v[s], kTile16Bytes);
-              sm90::tma_load_4d(&v_map, &ss->full_v[s], dv, 0, 0, g, page);
-              sm90::tma_load_4d(&v_map, &ss->full_v[s], dv + kAttnKeys * 128, 64, 0, g, page);
-            }
-          } else {
-            // The request's last page: V lands on `fix`, its slots past the length are zeroed,
-            // and only then is the stage's V handed to the consumers.
-            if (lane == 0) {
-              sm90::barrier_expect_tx(&ss->fix, kTile16Bytes);
-              sm90::tma_load_4d(&v_map, &ss->fix, dv, 0, 0, g, page);
-              sm90::tma_load_4d(&v_map, &ss->fix, dv + kAttnKeys * 128, 64, 0, g, page);
-            }
-            sm90::barrier_wait(&ss->fix, fix_phase);
-            fix_phase ^= 1;
-            for (int c = lane; c < (kAttnKeys - tail_valid) * 16; c += 32) {
-              const int slot = tail_valid + c / 16, chunk = c % 16;
-              *reinterpret_cast<uint4*>(dv + (chunk / 8) * (kAttnKeys * 128) +
-                                        sm90::swizzled_chunk(static_cast<uint32_t>(slot),
-                                                             chunk % 8)) = make_uint4(0, 0, 0, 0);
-            }
-            sm90::fence_async_shared();
-            __syncwarp();
-            if (lane == 0) sm90::barrier_arrive(&ss->full_v[s]);
-          }
-        }
-      }
+  sm90::named_sync(1, 128);
+  for (int w = t; w < words; w += 128) {
+    uint32_t bits = ss->bitmap[w];
+    int rank = ss->word_base[w];
+    while (bits != 0) {
+      const int b = __ffs(static_cast<int>(bits)) - 1;
+      bits &= bits - 1;
+      const int64_t blk = static_cast<int64_t>(w) * 32 + b;
+      const int32_t page = p.block_table[tile.req * p.bt_stride_req + blk * p.bt_stride_block];
+      const bool ok = page >= 0 && page < p.num_cache_blocks;
+      if (!ok) raise_error(p.error_flags, kDeviceErrorBlockId);
+      ss->union_block[rank] = static_cast<int32_t>(blk);
+      ss->union_page[rank] = ok ? page : -1;
+      ss->union_mask[rank] = 0;
+      ++rank;
     }
-    return;
   }
+  sm90::named_sync(1, 128);
+  for (int e = t; e < entries; e += 128) {
+    const int tok = e / p.topk_width, col = e % p.topk_width;
+    const int64_t pos = tile.win_pos + tok;
+    if (pos < tile.lo || pos >= tile.hi) continue;
+    const int64_t row = tile.row0 + (pos - tile.start_pos);
+    const int32_t id = p.topk[g * p.tk_stride_head + row * p.tk_stride_row + col * p.tk_stride_col];
+    if (id < 0 || id > own) continue;
+    const uint32_t word = ss->bitmap[id / 32];
+    const int rank = ss->word_base[id / 32] + __popc(word & ((1u << (id % 32)) - 1u));
+    atomicOr(&ss->union_mask[rank], 1u << tok);
+  }
+}
 
-  // ---- Consumers ----
-  // Register split: the CTA holds 168 x 384 registers (launch bounds); producer + consumers
-  // must fit in them, or setmaxnreg.inc waits forever: 32 + 2 x 232, or 56 + 2 x 224 (e4m3).
-  if constexpr (kE4M3) {
-    sm90::regs_alloc<224>();
+// The block and page of union entry u: block u of the dense walk (page from the block table,
+// read ahead a warp's 32 at a time into `page_ahead` when `lane` is given) or the union's.
+template <bool kSparse>
+__device__ __forceinline__ int32_t entry_page(const AttnParams& p, const AttnWork& w,
+                                              const AttnSmem* ss, int u, int64_t& blk) {
+  blk = u;
+  if constexpr (kSparse) {
+    blk = ss->union_block[u];
+    return ss->union_page[u];
   } else {
-    sm90::regs_alloc<232>();
+    const int32_t page =
+        p.block_table[w.tile.req * p.bt_stride_req + static_cast<int64_t>(u) * p.bt_stride_block];
+    return page >= 0 && page < p.num_cache_blocks ? page : -1;
   }
-  const int cw = wg - 1;  // rows 64 cw .. 64 cw + 63
-  const uint32_t q_addr = sm90::smem_addr(sQ) + static_cast<uint32_t>(cw) * 64u * 128u;
-  const uint32_t k_base = sm90::smem_addr(sK), v_base = sm90::smem_addr(sV);
-  const int r0 = 64 * cw + sm90::acc_row(t, 0), r1 = r0 + 8;
-  const int tok0 = r0 / G, tok1 = r1 / G;
-  const int64_t pos0 = tile.win_pos + tok0, pos1 = tile.win_pos + tok1;
-  const bool row_live0 = pos0 >= tile.lo && pos0 < tile.hi;
-  const bool row_live1 = pos1 >= tile.lo && pos1 < tile.hi;
-  const int own_lim0 =
-      static_cast<int>(min(max(pos0 - own * kAttnKeys, int64_t{-1}), int64_t{127}));
-  const int own_lim1 =
-      static_cast<int>(min(max(pos1 - own * kAttnKeys, int64_t{-1}), int64_t{127}));
-  // Tokens of this warpgroup: 64 / G of them from token 64 cw / G.
-  const uint32_t wg_tokens = ((1u << (64 / G)) - 1u) << (64 * cw / G);
+}
 
-  // Per-layer e4m3 scales: K's multiplies the logits (folded into the exponent's scale), V's
-  // the normalised output.
-  const float scale_log2 = p.k_scale != nullptr ? p.scale_log2 * *p.k_scale : p.scale_log2;
-  const float v_scale = p.v_scale != nullptr ? *p.v_scale : 1.0f;
-  float o[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  float s_acc[64];
-
-  for (int u = 0; u < nblocks; ++u) {
+// Producer step (16-bit caches): one warp hands the consumers each block's K and V tiles by
+// bulk tensor copies into the two-stage ring. The request's last page lands its V on `fix`
+// first, so that its slots past the length can be zeroed before the stage is handed over.
+template <bool kSparse>
+__device__ __forceinline__ void produce_tma(const CUtensorMap& k_map, const CUtensorMap& v_map,
+                                            const AttnParams& p, const AttnWork& w, AttnSmem* ss,
+                                            uint8_t* sK, uint8_t* sV, int lane) {
+  uint32_t fix_phase = 0;
+  if (lane == 0) {
+    sm90::tma_prefetch_map(&k_map);
+    sm90::tma_prefetch_map(&v_map);
+  }
+  int32_t page_ahead = 0;  // dense: pages of blocks u0 .. u0 + 31, one per lane
+  for (int u = 0; u < w.nblocks; ++u) {
     const int s = u % kAttnStages;
-    const uint32_t phase = (u / kAttnStages) & 1;
     int64_t blk = u;
-    uint32_t mask = 0xFFFFFFFFu;
+    int32_t page;
     if constexpr (kSparse) {
-      blk = ss->union_block[u];
-      mask = ss->union_mask[u];
-    }
-    sm90::barrier_wait(&ss->full_k[s], phase);
-    const bool live = (mask & wg_tokens) != 0 && ss->stage_page[s] >= 0;
-    if (live) {
-      const uint32_t kt = k_base + static_cast<uint32_t>(s * kTile16Bytes);
-      sm90::fence_acc(s_acc);
-      sm90::mma_begin();
-#pragma unroll
-      for (int kk = 0; kk < kAttnDim / 16; ++kk) {
-        sm90::mma_ss<kMma, false>(sm90::kmajor16_desc(q_addr, kAttnRows, kk),
-                                  sm90::kmajor16_desc(kt, kAttnKeys, kk), s_acc,
-                                  kk == 0 ? sm90::gmma::ScaleOut::Zero : sm90::gmma::ScaleOut::One);
-      }
-      sm90::mma_commit();
-      sm90::mma_wait<0>();
-      sm90::fence_acc(s_acc);
-      const bool is_own = blk == own;
-      const bool take0 = row_live0 && ((mask >> tok0) & 1u);
-      const bool take1 = row_live1 && ((mask >> tok1) & 1u);
-      const int lim0 = take0 ? (is_own ? own_lim0 : 127) : -1;
-      const int lim1 = take1 ? (is_own ? own_lim1 : 127) : -1;
-      softmax_step(s_acc, o, m, l, t, lim0, lim1, scale_log2);
-      uint32_t pa[8][4];
-#pragma unroll
-      for (int kk = 0; kk < 8; ++kk) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          pa[kk][j] = sm90::pack2<kMma>(s_acc[8 * kk + 2 * j], s_acc[8 * kk + 2 * j + 1]);
-      }
-      sm90::barrier_wait(&ss->full_v[s], phase);
-      const uint32_t vt = v_base + static_cast<uint32_t>(s * kTile16Bytes);
-      sm90::fence_acc(o);
-      sm90::mma_begin();
-#pragma unroll
-      for (int kk = 0; kk < kAttnKeys / 16; ++kk) {
-        sm90::mma_rs<kMma>(pa[kk], sm90::mnmajor16_desc(vt, kAttnKeys, kk), o);
-      }
-      sm90::mma_commit();
-      sm90::mma_wait<0>();
-      sm90::fence_acc(o);
+      page = entry_page<true>(p, w, ss, u, blk);
     } else {
-      sm90::barrier_wait(&ss->full_v[s], phase);
+      if (u % 32 == 0) {
+        const int64_t b = u + lane;
+        page_ahead =
+            b < w.nblocks ? p.block_table[w.tile.req * p.bt_stride_req + b * p.bt_stride_block] : 0;
+      }
+      page = __shfl_sync(0xFFFFFFFFu, page_ahead, u % 32);
+      if (page < 0 || page >= p.num_cache_blocks) {
+        if (lane == 0) raise_error(p.error_flags, kDeviceErrorBlockId);
+        page = -1;
+      }
     }
-    sm90::barrier_arrive(&ss->empty[s]);
+    if (u >= kAttnStages) sm90::barrier_wait(&ss->empty[s], ((u / kAttnStages) - 1) & 1);
+    uint8_t* dk = sK + s * kTile16Bytes;
+    uint8_t* dv = sV + s * kTile16Bytes;
+    if (lane == 0) ss->stage_page[s] = page;
+    __syncwarp();
+    if (page < 0) {
+      if (lane == 0) {
+        sm90::barrier_arrive(&ss->full_k[s]);
+        sm90::barrier_arrive(&ss->full_v[s]);
+      }
+      continue;
+    }
+    if (lane == 0) {
+      sm90::barrier_expect_tx(&ss->full_k[s], kTile16Bytes);
+      sm90::tma_load_4d(&k_map, &ss->full_k[s], dk, 0, 0, w.g, page);
+      sm90::tma_load_4d(&k_map, &ss->full_k[s], dk + kAttnKeys * 128, 64, 0, w.g, page);
+    }
+    if (blk != w.tail_block || w.tail_valid == kAttnKeys) {
+      if (lane == 0) {
+        sm90::barrier_expect_tx(&ss->full_v[s], kTile16Bytes);
+        sm90::tma_load_4d(&v_map, &ss->full_v[s], dv, 0, 0, w.g, page);
+        sm90::tma_load_4d(&v_map, &ss->full_v[s], dv + kAttnKeys * 128, 64, 0, w.g, page);
+      }
+      continue;
+    }
+    if (lane == 0) {
+      sm90::barrier_expect_tx(&ss->fix, kTile16Bytes);
+      sm90::tma_load_4d(&v_map, &ss->fix, dv, 0, 0, w.g, page);
+      sm90::tma_load_4d(&v_map, &ss->fix, dv + kAttnKeys * 128, 64, 0, w.g, page);
+    }
+    sm90::barrier_wait(&ss->fix, fix_phase);
+    fix_phase ^= 1;
+    for (int c = lane; c < (kAttnKeys - w.tail_valid) * 16; c += 32) {
+      const int slot = w.tail_valid + c / 16, chunk = c % 16;
+      *reinterpret_cast<uint4*>(dv + (chunk / 8) * (kAttnKeys * 128) +
+                                sm90::swizzled_chunk(static_cast<uint32_t>(slot), chunk % 8)) =
+          make_uint4(0, 0, 0, 0);
+    }
+    sm90::fence_async_shared();
+    __syncwarp();
+    if (lane == 0) sm90::barrier_arrive(&ss->full_v[s]);
   }
+}
 
-  // ---- Epilogue: O / l (times the V scale), LSE, -0 as +0 ----
+// Producer step (e4m3 caches): the warpgroup's 128 threads convert each block's K and V to bf16
+// tiles (V's slots past the request's length as zeros) and hand the stage over.
+template <bool kSparse>
+__device__ __forceinline__ void produce_e4m3(const AttnParams& p, const AttnWork& w, AttnSmem* ss,
+                                             uint8_t* sK, uint8_t* sV, int t) {
+  for (int u = 0; u < w.nblocks; ++u) {
+    const int s = u % kAttnStages;
+    if (u >= kAttnStages) sm90::barrier_wait(&ss->empty[s], ((u / kAttnStages) - 1) & 1);
+    int64_t blk = u;
+    const int32_t page = entry_page<kSparse>(p, w, ss, u, blk);
+    if (!kSparse && page < 0 && t == 0) raise_error(p.error_flags, kDeviceErrorBlockId);
+    if (page >= 0) {
+      const int valid = blk == w.tail_block ? w.tail_valid : kAttnKeys;
+      convert_e4m3_tile(p.k8, p.k_stride, page, w.g, kAttnKeys, sK + s * kTile16Bytes, t);
+      convert_e4m3_tile(p.v8, p.v_stride, page, w.g, valid, sV + s * kTile16Bytes, t);
+      sm90::fence_async_shared();
+    }
+    sm90::named_sync(1, 128);
+    if (t == 0) {
+      ss->stage_page[s] = page;
+      sm90::barrier_arrive(&ss->full_k[s]);
+      sm90::barrier_arrive(&ss->full_v[s]);
+    }
+  }
+}
+
+// A consumer thread's two rows (r0 and r0 + 8 of the tile's 128) and the running softmax state.
+struct AttnRows {
+  int tok[2];
+  int64_t pos[2];
+  bool live[2];    // the row is one of the tile's query tokens
+  int own_lim[2];  // last visible column of the own block
+  float o[64];     // unnormalised output (the m64n128 accumulator fragment)
+  float m[2], l[2];
+};
+
+// Consumer step: one block for this warpgroup's 64 rows. S = Q K^T, the rows' masks, an online
+// softmax step, P rounded to the MMA type in registers, O += P V. The MMAs complete inside the
+// step, so no wgmma is in flight across the caller's branches.
+template <sm90::Mma16 kMma>
+__device__ __forceinline__ void consume_block(AttnRows& r, float (&s_acc)[64], uint32_t q_addr,
+                                              uint32_t kt, uint32_t vt, uint64_t* full_v,
+                                              uint32_t phase, uint32_t mask, bool is_own, int t,
+                                              float scale_log2) {
+  sm90::fence_acc(s_acc);
+  sm90::mma_begin();
+#pragma unroll
+  for (int kk = 0; kk < kAttnDim / 16; ++kk) {
+    sm90::mma_ss<kMma, false>(sm90::kmajor16_desc(q_addr, kAttnRows, kk),
+                              sm90::kmajor16_desc(kt, kAttnKeys, kk), s_acc,
+                              kk == 0 ? sm90::gmma::ScaleOut::Zero : sm90::gmma::ScaleOut::One);
+  }
+  sm90::mma_commit();
+  sm90::mma_wait<0>();
+  sm90::fence_acc(s_acc);
+  int lim[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const bool take = r.live[h] && ((mask >> r.tok[h]) & 1u);
+    lim[h] = take ? (is_own ? r.own_lim[h] : 127) : -1;
+  }
+  softmax_step(s_acc, r.o, r.m, r.l, t, lim[0], lim[1], scale_log2);
+  uint32_t pa[8][4];
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      pa[kk][j] = sm90::pack2<kMma>(s_acc[8 * kk + 2 * j], s_acc[8 * kk + 2 * j + 1]);
+  }
+  sm90::barrier_wait(full_v, phase);
+  sm90::fence_acc(r.o);
+  sm90::mma_begin();
+#pragma unroll
+  for (int kk = 0; kk < kAttnKeys / 16; ++kk) {
+    sm90::mma_rs<kMma>(pa[kk], sm90::mnmajor16_desc(vt, kAttnKeys, kk), r.o);
+  }
+  sm90::mma_commit();
+  sm90::mma_wait<0>();
+  sm90::fence_acc(r.o);
+}
+
+// Epilogue: O / l (times the V scale) and the LSE of this thread's live rows, -0 written as +0.
+__device__ __forceinline__ void write_rows(const AttnParams& p, const AttnWork& w, AttnRows& r,
+                                           int r0, int t, float v_scale) {
   float inv[2], lse_v[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], 2);
-    inv[h] = l[h] > 0.0f ? v_scale / l[h] : 0.0f;
-    lse_v[h] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : -INFINITY;
+    r.l[h] += __shfl_xor_sync(0xFFFFFFFFu, r.l[h], 1);
+    r.l[h] += __shfl_xor_sync(0xFFFFFFFFu, r.l[h], 2);
+    inv[h] = r.l[h] > 0.0f ? v_scale / r.l[h] : 0.0f;
+    lse_v[h] = r.l[h] > 0.0f ? (r.m[h] + log2f(r.l[h])) * kLn2 : -INFINITY;
   }
-  const int64_t row_i[2] = {tile.row0 + (pos0 - tile.start_pos),
-                            tile.row0 + (pos1 - tile.start_pos)};
-  const int64_t head[2] = {static_cast<int64_t>(g) * G + r0 % G,
-                           static_cast<int64_t>(g) * G + r1 % G};
-  const bool row_ok[2] = {row_live0, row_live1};
+  const int G = p.group;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (!row_ok[h]) continue;
-    const int64_t off = row_i[h] * p.out_stride_row + head[h] * p.out_stride_head;
+    if (!r.live[h]) continue;
+    const int64_t row = w.tile.row0 + (r.pos[h] - w.tile.start_pos);
+    const int64_t head = static_cast<int64_t>(w.g) * G + (r0 + 8 * h) % G;
+    const int64_t off = row * p.out_stride_row + head * p.out_stride_head;
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-      const float x0 = o[4 * j + 2 * h] * inv[h] + 0.0f;
-      const float x1 = o[4 * j + 2 * h + 1] * inv[h] + 0.0f;
+      const float x0 = r.o[4 * j + 2 * h] * inv[h] + 0.0f;
+      const float x1 = r.o[4 * j + 2 * h + 1] * inv[h] + 0.0f;
       const int64_t col = 8 * j + 2 * (t & 3);
       switch (p.out_dtype) {
         case DType::kBF16:
@@ -547,8 +480,129 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
       }
     }
     if (p.lse != nullptr && (t & 3) == 0)
-      p.lse[row_i[h] * p.lse_stride_row + head[h] * p.lse_stride_head] = lse_v[h];
+      p.lse[row * p.lse_stride_row + head * p.lse_stride_head] = lse_v[h];
   }
+}
+
+template <sm90::Mma16 kMma, bool kE4M3, bool kSparse>
+__global__ void __launch_bounds__(kAttnThreads, 1)
+    prefill_attention_sm90_kernel(const __grid_constant__ CUtensorMap k_map,
+                                  const __grid_constant__ CUtensorMap v_map, const AttnParams p) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* smem =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint8_t* sQ = smem;
+  uint8_t* sK = sQ + kAttnRows * kAttnDim * 2;
+  uint8_t* sV = sK + kAttnStages * kTile16Bytes;
+  auto* ss = reinterpret_cast<AttnSmem*>(sV + kAttnStages * kTile16Bytes);
+
+  const int32_t total = p.tile_offsets[p.rows.num_requests];
+  const int32_t tile_index = total - 1 - static_cast<int32_t>(blockIdx.x);
+  if (tile_index < 0) return;
+  AttnWork w;
+  w.tile = find_tile(p.rows, p.tile_offsets, tile_index, p.tile_tokens);
+  w.g = static_cast<int>(blockIdx.y);
+  w.own = w.tile.win_pos / kAttnKeys;
+  const int G = p.group;
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  const int t = tid % 128;
+
+  if (tid == 0) {
+    for (int s = 0; s < kAttnStages; ++s) {
+      sm90::barrier_init(&ss->full_k[s], 1);
+      sm90::barrier_init(&ss->full_v[s], 1);
+      sm90::barrier_init(&ss->empty[s], 256);  // every consumer thread arrives
+    }
+    sm90::barrier_init(&ss->fix, 1);
+    sm90::barrier_init_fence();
+  }
+
+  // Set-up: the producer warpgroup builds the block list (sparse), the consumers load Q.
+  if (wg == 0) {
+    if constexpr (kSparse) {
+      build_union(p, w.tile, w.g, w.own, ss, t);
+    } else if (t == 0) {
+      ss->union_count = static_cast<int32_t>(w.own + 1);
+    }
+  } else {
+    load_q_rows(sQ, 64 * (wg - 1), t, [&](int r) -> const uint8_t* {
+      const int64_t pos = w.tile.win_pos + r / G;
+      if (pos < w.tile.lo || pos >= w.tile.hi) return nullptr;
+      const int64_t row = w.tile.row0 + (pos - w.tile.start_pos);
+      return static_cast<const uint8_t*>(p.q) +
+             (row * p.q_stride_row + (static_cast<int64_t>(w.g) * G + r % G) * p.q_stride_head) * 2;
+    });
+    sm90::fence_async_shared();
+  }
+  __syncthreads();
+  w.nblocks = __shfl_sync(0xFFFFFFFFu, ss->union_count, 0);
+  w.tail_block = (w.tile.seq_len - 1) / kAttnKeys;
+  w.tail_valid = static_cast<int>(w.tile.seq_len - w.tail_block * kAttnKeys);
+
+  // Register split: the CTA holds 168 x 384 registers (launch bounds); producer + consumers
+  // must fit in them, or setmaxnreg.inc waits forever: 32 + 2 x 232, or 56 + 2 x 224 (e4m3).
+  if (wg == 0) {
+    if constexpr (kE4M3) {
+      sm90::regs_dealloc<56>();
+      produce_e4m3<kSparse>(p, w, ss, sK, sV, t);
+    } else {
+      sm90::regs_dealloc<32>();
+      if (t < 32) produce_tma<kSparse>(k_map, v_map, p, w, ss, sK, sV, t);
+    }
+    return;
+  }
+  if constexpr (kE4M3) {
+    sm90::regs_alloc<224>();
+  } else {
+    sm90::regs_alloc<232>();
+  }
+
+  const int cw = wg - 1;  // rows 64 cw .. 64 cw + 63
+  const uint32_t q_addr = sm90::smem_addr(sQ) + static_cast<uint32_t>(cw) * 64u * 128u;
+  const uint32_t k_base = sm90::smem_addr(sK), v_base = sm90::smem_addr(sV);
+  const int r0 = 64 * cw + sm90::acc_row(t, 0);
+  AttnRows r;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    r.tok[h] = (r0 + 8 * h) / G;
+    r.pos[h] = w.tile.win_pos + r.tok[h];
+    r.live[h] = r.pos[h] >= w.tile.lo && r.pos[h] < w.tile.hi;
+    r.own_lim[h] = static_cast<int>(
+        min(max(r.pos[h] - w.own * kAttnKeys, int64_t{-1}), int64_t{kAttnKeys - 1}));
+    r.m[h] = -INFINITY;
+    r.l[h] = 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < 64; ++i) r.o[i] = 0.0f;
+  // Tokens of this warpgroup: 64 / G of them from token 64 cw / G.
+  const uint32_t wg_tokens = ((1u << (64 / G)) - 1u) << (64 * cw / G);
+  // Per-layer e4m3 scales: K's multiplies the logits (folded into the exponent's scale), V's
+  // the normalised output.
+  const float scale_log2 = p.k_scale != nullptr ? p.scale_log2 * *p.k_scale : p.scale_log2;
+  const float v_scale = p.v_scale != nullptr ? *p.v_scale : 1.0f;
+  float s_acc[64];
+
+  for (int u = 0; u < w.nblocks; ++u) {
+    const int s = u % kAttnStages;
+    const uint32_t phase = (u / kAttnStages) & 1;
+    int64_t blk = u;
+    uint32_t mask = 0xFFFFFFFFu;
+    if constexpr (kSparse) {
+      blk = ss->union_block[u];
+      mask = ss->union_mask[u];
+    }
+    sm90::barrier_wait(&ss->full_k[s], phase);
+    if ((mask & wg_tokens) != 0 && ss->stage_page[s] >= 0) {
+      consume_block<kMma>(r, s_acc, q_addr, k_base + static_cast<uint32_t>(s * kTile16Bytes),
+                          v_base + static_cast<uint32_t>(s * kTile16Bytes), &ss->full_v[s], phase,
+                          mask, blk == w.own, t, scale_log2);
+    } else {
+      sm90::barrier_wait(&ss->full_v[s], phase);  // a skipped stage is released after its data
+    }
+    sm90::barrier_arrive(&ss->empty[s]);
+  }
+  write_rows(p, w, r, r0, t, v_scale);
 }
 
 // Rows no tile writes (padding, requests whose metadata failed validation): output 0, LSE -inf.
