@@ -128,25 +128,46 @@ __device__ __forceinline__ void e4m3x16_to_bf16(uint4 in, uint4& lo, uint4& hi) 
   hi = make_uint4(o[4], o[5], o[6], o[7]);
 }
 
-// The producer warpgroup's conversion of one e4m3 tile (128 slots x 128 dims of KV head g of
-// `page`) into the swizzled bf16 tile `dst`; slots from `valid` on are written as zeros.
-__device__ __forceinline__ void convert_e4m3_tile(const uint8_t* base, const int64_t (&stride)[3],
-                                                  int64_t page, int g, int valid, uint8_t* dst,
-                                                  int t) {
-  const uint8_t* src = base + page * stride[0] + g * stride[1];
-#pragma unroll 2
-  for (int c = t; c < kAttnKeys * 8; c += 128) {  // 8 words of 16 e4m3 per slot
-    const int slot = c / 8, word = c % 8;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (slot < valid) v = ld_raw_v4(src + slot * stride[2] + word * 16);
-    uint4 lo, hi;
-    e4m3x16_to_bf16(v, lo, hi);
-    // Dims 16 * word .. + 15: chunks 2 * word and 2 * word + 1 of the row (panel word / 4).
-    uint8_t* panel = dst + (word / 4) * (kAttnKeys * 128);
-    const uint32_t ch = static_cast<uint32_t>(2 * (word % 4));
-    *reinterpret_cast<uint4*>(panel + sm90::swizzled_chunk(static_cast<uint32_t>(slot), ch)) = lo;
-    *reinterpret_cast<uint4*>(panel + sm90::swizzled_chunk(static_cast<uint32_t>(slot), ch + 1)) =
-        hi;
+// Stores 16 bf16 values (dims 16 word .. + 15 of `slot`) into the swizzled 16-bit tile `dst`:
+// chunks 2 word and 2 word + 1 of the slot's row in panel word / 4.
+__device__ __forceinline__ void store_bf16x16(uint8_t* dst, int slot, int word, uint4 e4m3) {
+  uint4 lo, hi;
+  e4m3x16_to_bf16(e4m3, lo, hi);
+  uint8_t* panel = dst + (word / 4) * (kAttnKeys * 128);
+  const uint32_t ch = static_cast<uint32_t>(2 * (word % 4));
+  *reinterpret_cast<uint4*>(panel + sm90::swizzled_chunk(static_cast<uint32_t>(slot), ch)) = lo;
+  *reinterpret_cast<uint4*>(panel + sm90::swizzled_chunk(static_cast<uint32_t>(slot), ch + 1)) = hi;
+}
+
+// The producer warpgroup's conversion of one block's e4m3 K and V tiles (128 slots x 128 dims of
+// KV head g of `page`) into the swizzled bf16 tiles dk and dv; V slots from `valid` on are
+// written as zeros. Each thread issues its loads in rounds of 2 K and 2 V words before it
+// converts any: the loads are volatile asm, so one load per conversion would leave a single
+// global load in flight per thread and the producer latency-bound.
+__device__ __forceinline__ void convert_e4m3_block(const AttnParams& p, int64_t page, int g,
+                                                   int valid, uint8_t* dk, uint8_t* dv, int t) {
+  const uint8_t* k_src = p.k8 + page * p.k_stride[0] + g * p.k_stride[1];
+  const uint8_t* v_src = p.v8 + page * p.v_stride[0] + g * p.v_stride[1];
+  constexpr int kRound = 2;  // words of each side per round: 16 registers (4 spill in 56)
+  constexpr int kSlotsPerPass = 128 / 8;  // the warpgroup covers 16 slots x 8 words per pass
+  static_assert(kAttnKeys % (kSlotsPerPass * kRound) == 0, "whole rounds");
+  const int word = t % 8;  // the same 16 dims of every slot this thread converts
+  k_src += word * 16;
+  v_src += word * 16;
+#pragma unroll 1
+  for (int slot0 = t / 8; slot0 < kAttnKeys; slot0 += kSlotsPerPass * kRound) {
+    uint4 kw[kRound], vw[kRound];
+#pragma unroll
+    for (int i = 0; i < kRound; ++i) {
+      const int slot = slot0 + kSlotsPerPass * i;
+      kw[i] = ld_raw_v4(k_src + slot * p.k_stride[2]);
+      vw[i] = slot < valid ? ld_raw_v4(v_src + slot * p.v_stride[2]) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < kRound; ++i) {
+      store_bf16x16(dk, slot0 + kSlotsPerPass * i, word, kw[i]);
+      store_bf16x16(dv, slot0 + kSlotsPerPass * i, word, vw[i]);
+    }
   }
 }
 
@@ -374,8 +395,7 @@ __device__ __forceinline__ void produce_e4m3(const AttnParams& p, const AttnWork
     if (!kSparse && page < 0 && t == 0) raise_error(p.error_flags, kDeviceErrorBlockId);
     if (page >= 0) {
       const int valid = blk == w.tail_block ? w.tail_valid : kAttnKeys;
-      convert_e4m3_tile(p.k8, p.k_stride, page, w.g, kAttnKeys, sK + s * kTile16Bytes, t);
-      convert_e4m3_tile(p.v8, p.v_stride, page, w.g, valid, sV + s * kTile16Bytes, t);
+      convert_e4m3_block(p, page, w.g, valid, sK + s * kTile16Bytes, sV + s * kTile16Bytes, t);
       sm90::fence_async_shared();
     }
     sm90::named_sync(1, 128);
