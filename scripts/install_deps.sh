@@ -18,6 +18,11 @@ command -v ninja >/dev/null || need+=(ninja-build)
 command -v g++ >/dev/null || need+=(g++)
 command -v clang-format >/dev/null || need+=(clang-format)
 command -v git >/dev/null || need+=(git)
+# The virtual environment of the Python tests (scripts/test.sh); Debian's python3 needs its venv
+# package for that.
+if command -v python3 >/dev/null && ! python3 -c "import ensurepip, venv" >/dev/null 2>&1; then
+  need+=(python3-venv)
+fi
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev libgmock-dev)
 # clang and libFuzzer for the fuzz harness (tests/fuzz), which CI runs.
 command -v clang++-14 >/dev/null || need+=(clang-14)
