@@ -15,7 +15,7 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
 cmake --build "$BUILD_DIR" -j "$JOBS"
 ctest --test-dir "$BUILD_DIR" -L cpu --output-on-failure -j "$JOBS" --timeout 900
 
-# The Python package (PyTorch ops): built and tested in a virtual environment, $MSA_VENV
+# The Python package (PyTorch ops, plots): built and tested in a virtual environment, $MSA_VENV
 # (default .venv in the repository, git-ignored), created when missing, so that no Python of the
 # user's is changed. torch (about 5 GB) is not installed here: the environment's own torch is used
 # (CI installs it there, see .ci/run), else python3's, which the environment then sees through a
@@ -36,7 +36,8 @@ if "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
   "$py" -m pip install -q setuptools wheel
   MSA_WITH_CUDA=$py_cuda MAX_JOBS=$JOBS "$py" -m pip install -q --no-build-isolation \
     "./python[tests]"
-  "$py" -m pytest -q tests/python
+  # The plot tests also draw through `msa report --plot` with this build's program.
+  MSA_CLI="$(cd "$BUILD_DIR" && pwd)/tools/msa" "$py" -m pytest -q tests/python
   # The README's integration example, on the CPU (a few seconds).
   "$py" examples/engine_integration.py --device cpu
 else

@@ -1,12 +1,15 @@
 // The msa command-line program: runs the serving engine on a synthetic (or traced) workload,
 // renders reports, and describes the build. Exit status: 0 success, 1 a run failed, 2 invalid
 // arguments or input files.
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -50,7 +53,7 @@ MiniMax-M3 block-sparse attention (MSA): serving engine and tools.
 
 commands:
   run      serve a synthetic or traced workload through the layer stack and report
-  report   print the summary of a saved run report, or draw it (--plot FILE.svg)
+  report   print the summary of a saved run report, or plot it (--plot FILE.png|FILE.svg)
   info     version, build options, backends, CUDA devices, compiled specialisations
   help     this text; `msa help <command>` or `msa <command> --help` for details
 
@@ -98,10 +101,13 @@ output:
   --quiet                no progress bar and no summary
 )";
 
-const char* const kReportHelp = R"(usage: msa report FILE.json [--plot FILE.svg]
+const char* const kReportHelp = R"(usage: msa report FILE.json [--plot FILE.png|FILE.svg]
 
-Prints the summary of a report written by `msa run --report`. With --plot, writes an SVG with
-two panels: step latency against context length, and the time per stage.
+Prints the summary of a report written by `msa run --report`. With --plot, draws its plots
+instead (PNG or SVG by the extension): step time on a log axis, prefill and decode steps apart;
+the time per stage; throughput over the run; and, for a --compare-dense run, sparse against
+dense speed and the error of sampled rows. The plots are drawn by the msa Python package with
+matplotlib (`python3 -m msa plot FILE.json -o OUT`); MSA_PYTHON names another Python.
 )";
 
 const char* const kInfoHelp = R"(usage: msa info
@@ -461,6 +467,108 @@ int cmd_run(const std::vector<std::string>& argv, const std::string& command) {
   return 0;
 }
 
+bool has_suffix(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Runs argv (argv[0] looked up on PATH) to completion with the program's stdin and stderr; its
+// stdout goes to *out when `out` is given, else to the program's. *exit_code is the exit status
+// (128 + the signal when it was killed). False, with the reason in *error, when the program
+// could not be started.
+bool run_program(const std::vector<std::string>& argv, std::string* out, int* exit_code,
+                 std::string* error) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  int pipe_fds[2] = {-1, -1};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (out != nullptr) {
+    if (pipe(pipe_fds) != 0) {
+      *error = std::strerror(errno);
+      posix_spawn_file_actions_destroy(&actions);
+      return false;
+    }
+    posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
+    posix_spawn_file_actions_addclose(&actions, pipe_fds[1]);
+  }
+  std::cout.flush();
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (out != nullptr) close(pipe_fds[1]);
+  if (rc != 0) {
+    if (out != nullptr) close(pipe_fds[0]);
+    *error = std::strerror(rc);
+    return false;
+  }
+  if (out != nullptr) {
+    char buf[4096];
+    ssize_t n = 0;
+    while ((n = read(pipe_fds[0], buf, sizeof(buf))) != 0) {
+      if (n > 0) {
+        out->append(buf, static_cast<size_t>(n));
+      } else if (errno != EINTR) {
+        break;
+      }
+    }
+    close(pipe_fds[0]);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) {
+      *error = std::strerror(errno);
+      return false;
+    }
+  }
+  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return true;
+}
+
+// `msa report --plot`: the plots are drawn by the msa Python package with matplotlib
+// (python/msa/plot.py, the one implementation), run as `$MSA_PYTHON -m msa plot` (python3 by
+// default). A probe that imports nothing says first which of its modules are missing.
+int draw_plots(const std::string& report, const std::string& out) {
+  const char* env = std::getenv("MSA_PYTHON");
+  const std::string python = env != nullptr && *env != '\0' ? env : "python3";
+  const std::string how =
+      "install them with `pip install --no-build-isolation \"./python[plot]\"` (after torch), or "
+      "set MSA_PYTHON to a Python that has them";
+  const std::string probe =
+      "import importlib.util as u\n"
+      "print(' '.join(m for m in ('torch', 'msa', 'matplotlib') if u.find_spec(m) is None))";
+  std::string missing, error;
+  int rc = 0;
+  if (!run_program({python, "-c", probe}, &missing, &rc, &error)) {
+    std::cerr << "msa report: --plot draws with Python (the msa package and matplotlib), but '"
+              << python << "' cannot be run: " << error << "; " << how << "\n";
+    return kExitFailure;
+  }
+  while (!missing.empty() && (missing.back() == '\n' || missing.back() == ' ')) missing.pop_back();
+  if (rc != 0) {
+    std::cerr << "msa report: --plot: '" << python << "' is not a working Python 3 (the probe "
+              << "exited with status " << rc << "); " << how << "\n";
+    return kExitFailure;
+  }
+  if (!missing.empty()) {
+    std::cerr << "msa report: --plot draws with the msa Python package and matplotlib, but '"
+              << python << "' has no module " << missing << "; " << how << "\n";
+    return kExitFailure;
+  }
+  if (!run_program({python, "-m", "msa", "plot", report, "-o", out}, nullptr, &rc, &error)) {
+    std::cerr << "msa report: --plot: cannot run '" << python << "': " << error << "\n";
+    return kExitFailure;
+  }
+  if (rc != 0) {
+    std::cerr << "msa report: --plot: `" << python << " -m msa plot` failed (exit status " << rc
+              << ")\n";
+    return rc == kExitUsage ? kExitUsage : kExitFailure;
+  }
+  return 0;
+}
+
 int cmd_report(const std::vector<std::string>& argv) {
   const Args a = parse_args(argv, {"--plot"}, {"--help", "-h"});
   if (a.has("--help") || a.has("-h")) {
@@ -477,18 +585,13 @@ int cmd_report(const std::vector<std::string>& argv) {
   s = eng::validate_report(rep);
   if (!s.ok()) usage_error(a.positional[0] + ": " + s.message());
   if (a.has("--plot")) {
-    s = eng::check_output_path(a.get("--plot"));
-    if (!s.ok()) usage_error("--plot: " + s.message());
-    std::string svg;
-    s = eng::render_plot_svg(rep, &svg);
-    if (!s.ok()) usage_error(s.message());
-    s = eng::write_file_atomic(a.get("--plot"), svg);
-    if (!s.ok()) {
-      std::cerr << "msa report: --plot: " << s.message() << "\n";
-      return kExitFailure;
+    const std::string& out = a.get("--plot");
+    if (!has_suffix(out, ".png") && !has_suffix(out, ".svg")) {
+      usage_error("--plot: '" + out + "': the output must end in .png or .svg");
     }
-    std::cout << "wrote " << a.get("--plot") << "\n";
-    return 0;
+    s = eng::check_output_path(out);
+    if (!s.ok()) usage_error("--plot: " + s.message());
+    return draw_plots(a.positional[0], out);
   }
   std::cout << eng::format_summary(rep);
   return 0;

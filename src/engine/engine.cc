@@ -137,7 +137,8 @@ Status run_engine(const EngineOptions& opts, const std::vector<RequestSpec>& req
     }
     int64_t after = 0;
     for (const auto& r : sched.requests()) after += r.generated;
-    generated += after - before;
+    rec.output_tokens = after - before;
+    generated += rec.output_tokens;
     res.steps.push_back(rec);
     ++step;
     if (progress) {

@@ -26,7 +26,8 @@ struct StepRecord {
   int prefill_requests = 0;
   int64_t decode_tokens = 0;
   int64_t prefill_tokens = 0;
-  int64_t max_context = 0;  // largest sequence length in the batch after the step
+  int64_t output_tokens = 0;  // tokens the step added to the outputs (accepted drafts included)
+  int64_t max_context = 0;    // largest sequence length in the batch after the step
   double latency_ms = 0.0;
   StageTimes stages{};
   int kv_blocks_used = 0;

@@ -212,6 +212,7 @@ json::Value build_report(const ReportContext& c, const RunResult& r, const RunRe
     o.set("prefill_requests", s.prefill_requests);
     o.set("decode_tokens", s.decode_tokens);
     o.set("prefill_tokens", s.prefill_tokens);
+    o.set("output_tokens", s.output_tokens);
     o.set("max_context", s.max_context);
     o.set("latency_ms", s.latency_ms);
     o.set("kv_blocks_used", s.kv_blocks_used);
@@ -250,6 +251,16 @@ json::Value build_report(const ReportContext& c, const RunResult& r, const RunRe
     fid.set("layers_sampled", static_cast<int64_t>(layers.size()));
     fid.set("rel_error", distribution(err));
     fid.set("selected_mass", distribution(mass));
+    json::Value samples = json::Value::array();
+    for (const auto& f : r.samples) {
+      json::Value o = json::Value::object();
+      o.set("layer", f.layer);
+      o.set("position", f.position);
+      o.set("rel_error", f.rel_error);
+      o.set("selected_mass", f.selected_mass);
+      samples.push_back(std::move(o));
+    }
+    fid.set("samples", std::move(samples));
     cmp.set("fidelity", std::move(fid));
     rep.set("compare_dense", std::move(cmp));
   }
@@ -323,157 +334,6 @@ std::string format_summary(const json::Value& rep) {
     }
   }
   return os.str();
-}
-
-namespace {
-
-// Round tick step (1, 2 or 5 times a power of ten) giving about `n` intervals.
-double nice_step(double range, int n) {
-  if (!(range > 0.0)) return 1.0;
-  const double raw = range / n;
-  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
-  const double r = raw / mag;
-  return (r < 1.5 ? 1.0 : r < 3.5 ? 2.0 : r < 7.5 ? 5.0 : 10.0) * mag;
-}
-
-std::string esc(const std::string& t) {
-  std::string o;
-  for (char ch : t) {
-    if (ch == '<')
-      o += "&lt;";
-    else if (ch == '>')
-      o += "&gt;";
-    else if (ch == '&')
-      o += "&amp;";
-    else
-      o += ch;
-  }
-  return o;
-}
-
-std::string text(double x, double y, const std::string& t, const char* anchor = "middle",
-                 int size = 12, const std::string& extra = "") {
-  std::ostringstream os;
-  os << "<text x=\"" << fmt("%.1f", x) << "\" y=\"" << fmt("%.1f", y) << "\" text-anchor=\""
-     << anchor << "\" font-size=\"" << size << "\"" << extra << ">" << esc(t) << "</text>\n";
-  return os.str();
-}
-
-std::string tick_label(double v) {
-  if (v == 0.0) return "0";
-  if (std::fabs(v) >= 1000.0) return fmt("%.0f", v);
-  if (std::fabs(v) >= 10.0) return fmt("%.0f", v);
-  if (std::fabs(v) >= 1.0) return fmt("%.1f", v);
-  return fmt("%.2g", v);
-}
-
-}  // namespace
-
-Status render_plot_svg(const json::Value& rep, std::string* svg) {
-  const json::Value* steps = rep.find("steps");
-  const json::Value* summary = rep.find("summary");
-  if (steps == nullptr || !steps->is_array() || summary == nullptr) {
-    return Status(StatusCode::kParseError,
-                  "report: expected an msa run report with 'steps' and 'summary'");
-  }
-  const double W = 1000, H = 460;
-  std::ostringstream os;
-  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
-     << "\" viewBox=\"0 0 " << W << " " << H << "\" font-family=\"sans-serif\">\n";
-  os << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  const json::Value& m = member(rep, "model");
-  os << text(W / 2, 24,
-             "msa run: " + member(m, "preset").as_string() + " on " +
-                 member(rep, "backend").as_string() + " (" + member(rep, "device").as_string() +
-                 ")",
-             "middle", 15, " font-weight=\"bold\"");
-
-  // Panel 1: step latency against the largest context in the step.
-  const double x0 = 70, y0 = 390, pw = 470, ph = 320;
-  double xmax = 1, ymax = 1e-3;
-  for (const auto& st : steps->items()) {
-    xmax = std::max(xmax, num(st, "max_context"));
-    ymax = std::max(ymax, num(st, "latency_ms"));
-  }
-  const double xs = nice_step(xmax, 5), ys = nice_step(ymax, 5);
-  xmax = std::ceil(xmax / xs) * xs;
-  ymax = std::ceil(ymax / ys) * ys;
-  os << "<g stroke=\"#ccc\" stroke-width=\"1\">\n";
-  for (double v = 0; v <= xmax + xs / 2; v += xs) {
-    const double x = x0 + pw * v / xmax;
-    os << "<line x1=\"" << fmt("%.1f", x) << "\" y1=\"" << y0 << "\" x2=\"" << fmt("%.1f", x)
-       << "\" y2=\"" << y0 - ph << "\"/>\n";
-  }
-  for (double v = 0; v <= ymax + ys / 2; v += ys) {
-    const double y = y0 - ph * v / ymax;
-    os << "<line x1=\"" << x0 << "\" y1=\"" << fmt("%.1f", y) << "\" x2=\"" << x0 + pw << "\" y2=\""
-       << fmt("%.1f", y) << "\"/>\n";
-  }
-  os << "</g>\n";
-  for (double v = 0; v <= xmax + xs / 2; v += xs) {
-    os << text(x0 + pw * v / xmax, y0 + 16, tick_label(v));
-  }
-  for (double v = 0; v <= ymax + ys / 2; v += ys) {
-    os << text(x0 - 6, y0 - ph * v / ymax + 4, tick_label(v), "end");
-  }
-  os << "<rect x=\"" << x0 << "\" y=\"" << y0 - ph << "\" width=\"" << pw << "\" height=\"" << ph
-     << "\" fill=\"none\" stroke=\"black\"/>\n";
-  for (const auto& st : steps->items()) {
-    const bool prefill = num(st, "prefill_tokens") > 0;
-    os << "<circle cx=\"" << fmt("%.1f", x0 + pw * num(st, "max_context") / xmax) << "\" cy=\""
-       << fmt("%.1f", y0 - ph * num(st, "latency_ms") / ymax) << "\" r=\"2.5\" fill=\""
-       << (prefill ? "#e6550d" : "#3182bd") << "\" fill-opacity=\"0.7\"/>\n";
-  }
-  os << text(x0 + pw / 2, y0 + 36, "largest context in the step (tokens)");
-  os << text(18, y0 - ph / 2, "step latency (ms)", "middle", 12,
-             " transform=\"rotate(-90 18 " + fmt("%.1f", y0 - ph / 2) + ")\"");
-  os << text(x0 + pw / 2, y0 - ph - 10, "Step latency vs context", "middle", 13,
-             " font-weight=\"bold\"");
-  os << "<circle cx=\"" << x0 + 12 << "\" cy=\"" << y0 - ph + 14
-     << "\" r=\"4\" fill=\"#3182bd\"/>\n"
-     << text(x0 + 20, y0 - ph + 18, "decode only", "start", 11);
-  os << "<circle cx=\"" << x0 + 12 << "\" cy=\"" << y0 - ph + 30
-     << "\" r=\"4\" fill=\"#e6550d\"/>\n"
-     << text(x0 + 20, y0 - ph + 34, "with prefill", "start", 11);
-
-  // Panel 2: total time per stage (horizontal bars).
-  const json::Value& stages = member(*summary, "stage_ms");
-  const double bx0 = 690, bw = 270;
-  double smax = 1e-3, total = 0.0;
-  for (const auto& kv : stages.members()) {
-    smax = std::max(smax, kv.second.as_number());
-    total += kv.second.as_number();
-  }
-  const double ss = nice_step(smax, 4);
-  smax = std::ceil(smax / ss) * ss;
-  const size_t n = stages.members().size();
-  const double bar_h = n > 0 ? ph / static_cast<double>(n) : ph;
-  os << text(bx0 + bw / 2, y0 - ph - 10, "Time per stage (whole run)", "middle", 13,
-             " font-weight=\"bold\"");
-  for (double v = 0; v <= smax + ss / 2; v += ss) {
-    const double x = bx0 + bw * v / smax;
-    os << "<line x1=\"" << fmt("%.1f", x) << "\" y1=\"" << y0 << "\" x2=\"" << fmt("%.1f", x)
-       << "\" y2=\"" << y0 - ph << "\" stroke=\"#ccc\"/>\n";
-    os << text(x, y0 + 16, tick_label(v));
-  }
-  size_t i = 0;
-  for (const auto& kv : stages.members()) {
-    const double v = kv.second.as_number();
-    const double y = y0 - ph + bar_h * static_cast<double>(i) + bar_h * 0.2;
-    os << "<rect x=\"" << bx0 << "\" y=\"" << fmt("%.1f", y) << "\" width=\""
-       << fmt("%.1f", bw * v / smax) << "\" height=\"" << fmt("%.1f", bar_h * 0.6)
-       << "\" fill=\"#756bb1\"/>\n";
-    os << text(bx0 - 6, y + bar_h * 0.3 + 4, kv.first, "end", 11);
-    os << text(bx0 + bw * v / smax + 4, y + bar_h * 0.3 + 4,
-               fmt("%.0f%%", total > 0 ? 100.0 * v / total : 0.0), "start", 10);
-    ++i;
-  }
-  os << "<rect x=\"" << bx0 << "\" y=\"" << y0 - ph << "\" width=\"" << bw << "\" height=\"" << ph
-     << "\" fill=\"none\" stroke=\"black\"/>\n";
-  os << text(bx0 + bw / 2, y0 + 36, "milliseconds");
-  os << "</svg>\n";
-  *svg = os.str();
-  return Status::Ok();
 }
 
 namespace {

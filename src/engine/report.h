@@ -1,5 +1,5 @@
-// The run report (JSON), the human-readable summary printed at the end of `msa run`, and the
-// SVG picture of `msa report --plot`. The summary and the plot are both made from the report,
+// The run report (JSON) and the human-readable summary printed at the end of `msa run`. The
+// summary, like the plots of `msa report --plot` (python/msa/plot.py), is made from the report,
 // so what is printed is what is saved.
 #pragma once
 
@@ -39,11 +39,8 @@ json::Value build_report(const ReportContext& ctx, const RunResult& run, const R
 
 std::string format_summary(const json::Value& report);
 
-// Two panels: step latency against context length, and time per stage.
-Status render_plot_svg(const json::Value& report, std::string* svg);
-
 // kParseError naming the first missing or mistyped field unless `report` is an msa run report
-// (schema "msa-run-report/1") with every field format_summary and render_plot_svg read.
+// (schema "msa-run-report/1") with every field format_summary reads.
 Status validate_report(const json::Value& report);
 
 // Checks that `path` can take an output file, before the work that produces it: not empty, not

@@ -4,7 +4,8 @@
 # ('|'-separated dotted paths that must exist in FILE; numeric components index arrays),
 # LIMIT_KB (when set, the program's address space is limited to that many KiB, so a run that
 # allocates before it validates fails), LINK (a symbolic link created before the run, to a file
-# LINK.target; both must be unchanged after it).
+# LINK.target; both must be unchanged after it), ENV ('|'-separated NAME=value settings of the
+# program's environment).
 string(REPLACE "|" ";" args "${ARGS}")
 if(FILE)
   file(REMOVE "${FILE}")
@@ -17,6 +18,10 @@ endif()
 set(command ${MSA} ${args})
 if(LIMIT_KB)
   set(command sh -c "ulimit -v ${LIMIT_KB} && exec \"$0\" \"$@\"" ${MSA} ${args})
+endif()
+if(ENV)
+  string(REPLACE "|" ";" env "${ENV}")
+  set(command ${CMAKE_COMMAND} -E env ${env} ${command})
 endif()
 execute_process(COMMAND ${command} RESULT_VARIABLE rc OUTPUT_VARIABLE out
   ERROR_VARIABLE err)
@@ -54,9 +59,6 @@ if(FILE)
     message(FATAL_ERROR "temporary files left behind: ${leftovers}")
   endif()
   file(READ "${FILE}" content)
-  if(FILE MATCHES "\\.svg$" AND NOT content MATCHES "^<svg .*</svg>")
-    message(FATAL_ERROR "'${FILE}' is not an SVG document")
-  endif()
   string(REPLACE "|" ";" keys "${JSON_KEYS}")
   foreach(key IN LISTS keys)
     string(REPLACE "." ";" path "${key}")
