@@ -455,7 +455,7 @@ int cmd_run(const std::vector<std::string>& argv, const std::string& command) {
   ctx.spec_accept = eo.scheduler.spec_accept;
   ctx.workload_source = source;
   ctx.arrival_rate = wo.arrival_rate;
-  const json::Value report = eng::build_report(ctx, run, compare ? &dense : nullptr);
+  const json::Json report = eng::build_report(ctx, run, compare ? &dense : nullptr);
   if (a.has("--report")) {
     s = eng::write_file_atomic(report_path, json::dump(report, 1) + "\n");
     if (!s.ok()) {
@@ -579,7 +579,7 @@ int cmd_report(const std::vector<std::string>& argv) {
   std::string text;
   Status s = eng::read_file(a.positional[0], &text);
   if (!s.ok()) usage_error(s.message());
-  json::Value rep;
+  json::Json rep;
   s = json::parse(text, &rep);
   if (!s.ok()) usage_error(a.positional[0] + ": " + s.message());
   s = eng::validate_report(rep);

@@ -35,13 +35,13 @@ struct ReportContext {
 
 // `dense` is the --compare-dense baseline run (same workload, dense attention everywhere), or
 // nullptr.
-json::Value build_report(const ReportContext& ctx, const RunResult& run, const RunResult* dense);
+json::Json build_report(const ReportContext& ctx, const RunResult& run, const RunResult* dense);
 
-std::string format_summary(const json::Value& report);
+std::string format_summary(const json::Json& report);
 
 // kParseError naming the first missing or mistyped field unless `report` is an msa run report
 // (schema "msa-run-report/1") with every field format_summary reads.
-Status validate_report(const json::Value& report);
+Status validate_report(const json::Json& report);
 
 // Checks that `path` can take an output file, before the work that produces it: not empty, not
 // an existing file other than a regular one (a symlink, device, FIFO or directory is refused,
@@ -55,7 +55,7 @@ Status write_file_atomic(const std::string& path, const std::string& text);
 Status read_file(const std::string& path, std::string* text);
 
 // p50 / p90 / p99 / min / max / mean (nearest rank) of a sample, as a JSON object.
-json::Value distribution(std::vector<double> values);
+json::Json distribution(std::vector<double> values);
 
 }  // namespace engine
 }  // namespace msa

@@ -100,8 +100,8 @@ TEST(ReportFiles, SymlinksAreNeverReplacedOrFollowed) {
   EXPECT_EQ(others(d, "r.json", "target"), "link\nr.json.tmp\n") << "temporary file left";
 }
 
-json::Value parsed(const std::string& text) {
-  json::Value v;
+json::Json parsed(const std::string& text) {
+  json::Json v;
   EXPECT_TRUE(json::parse(text, &v).ok()) << text;
   return v;
 }
