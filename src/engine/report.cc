@@ -275,6 +275,38 @@ json::Json build_report(const ReportContext& c, const RunResult& r, const RunRes
   return rep;
 }
 
+// Why a --compare-dense run found sparse slower than dense. Sparse attention reads at most
+// topk_blocks * block_size keys a row; below that context it reads what dense reads and the
+// indexer is pure cost, and above it the indexer's O(context) scan costs less than the
+// attention it saves only from some context on (docs/engine.md: the measured crossover).
+std::string slower_note(const json::Json& rep, const json::Json& cmp) {
+  const json::Json& m = member(rep, "model");
+  const json::Json& st = member(member(rep, "summary"), "stage_ms");
+  const json::Json& dt = member(member(cmp, "dense"), "stage_ms");
+  int64_t context = 0;
+  const json::Json* steps = json::find(rep, "steps");
+  if (steps != nullptr && steps->is_array()) {
+    for (const json::Json& step : *steps) context = std::max(context, ival(step, "max_context"));
+  }
+  const int64_t keys = ival(m, "topk_blocks") * ival(m, "block_size");
+  const double indexer = num(st, "indexer_topk");
+  const double saved = num(dt, "attention") - num(st, "attention");
+  std::ostringstream os;
+  os << "  why slower  ";
+  if (indexer >= saved) {
+    os << "short contexts: the indexer+top-k (" << fmt("%.0f ms", indexer)
+       << ") costs more than the attention it saves (" << fmt("%.0f ms", saved) << ");\n"
+       << "              top-k keeps " << keys << " keys a row and contexts here reach " << context
+       << " tokens; sparse gains with longer contexts (docs/engine.md)\n";
+  } else {
+    os << "the indexer+top-k (" << fmt("%.0f ms", indexer)
+       << ") costs less than the attention it saves (" << fmt("%.0f ms", saved) << "), but\n"
+       << "              the sparse layers' other work (index-key inserts) and timing noise "
+          "outweigh the gain\n";
+  }
+  return os.str();
+}
+
 std::string format_summary(const json::Json& rep) {
   std::ostringstream os;
   const json::Json& m = member(rep, "model");
@@ -333,6 +365,7 @@ std::string format_summary(const json::Json& rep) {
     os << "  vs dense    speed-up (dense time / sparse time) "
        << fmt("%.2fx per step, ", num(*cmp, "speedup"))
        << fmt("%.2fx in attention (sparse: attention + indexer)\n", num(*cmp, "attention_speedup"));
+    if (num(*cmp, "speedup") < 1.0) os << slower_note(rep, *cmp);
     if (num(fid, "rows_sampled") > 0) {
       os << "  fidelity    " << ival(fid, "rows_sampled") << " rows: rel. error p50 "
          << fmt("%.2e", num(err, "p50")) << ", p90 " << fmt("%.2e", num(err, "p90")) << ", p99 "
