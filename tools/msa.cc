@@ -262,7 +262,7 @@ struct RunArgs {
   int max_batch_tokens = 0, kv_blocks = 0, fidelity_rows = 2;
   double arrival_rate = 0.0, spec_accept = 0.0;
   uint64_t seed = 0;
-  bool compare_dense = false, quiet = false;
+  bool compare_dense = false, quiet = false, batch_invariant = false;
 
   bool given(const std::string& name) const { return app->count(name) > 0; }
 };
@@ -365,6 +365,12 @@ CLI::App* add_run_command(CLI::App& msa_app, RunArgs* a) {
       ->type_name("N")
       ->check(integer_in(1, 1 << 24))
       ->group(engine);
+  run->add_flag("--batch-invariant", a->batch_invariant,
+                "batch-invariant attention and index ops: a request's outputs do not\n"
+                "depend on the other requests of its steps (CUDA: kernels chosen from\n"
+                "per-row shapes, can be slower; the CPU backend always is invariant)")
+      ->disable_flag_override()
+      ->group(engine);
   run->add_option("--report", a->report,
                   "full report with per-step records (path checked before the run,\n"
                   "written atomically; a symlink or special file there is refused)")
@@ -428,6 +434,7 @@ int cmd_run(const RunArgs& a, const std::string& command) {
   eo.runner.kv_dtype = dtype_of(a.kv_dtype);
   eo.runner.index_dtype = dtype_of(a.index_dtype);
   eo.runner.threads = a.threads;
+  eo.runner.batch_invariant = a.batch_invariant;
   const std::string& backend = a.backend;
   const bool gpu = msa::built_with_cuda() && msa::cuda_device_count() > 0;
   if (backend == "cuda" && !msa::built_with_cuda()) {
@@ -507,6 +514,7 @@ int cmd_run(const RunArgs& a, const std::string& command) {
   ctx.spec_accept = eo.scheduler.spec_accept;
   ctx.workload_source = source;
   ctx.arrival_rate = wo.arrival_rate;
+  ctx.batch_invariant = eo.runner.batch_invariant;
   const json::Json report = eng::build_report(ctx, run, compare ? &dense : nullptr);
   if (a.given("--report")) {
     s = eng::write_file_atomic(report_path, json::dump(report, 1) + "\n");

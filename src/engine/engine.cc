@@ -120,6 +120,8 @@ Status run_engine(const EngineOptions& opts, const std::vector<RequestSpec>& req
     rec.stages = step_out.stages;
     res.busy_s += rec.latency_ms / 1e3;
     res.processed_tokens += rec.tokens;
+    res.invariant_op_calls += step_out.invariant_op_calls;
+    res.variant_op_calls += step_out.variant_op_calls;
     for (auto& fs : step_out.samples) res.samples.push_back(fs);
 
     const int64_t before = [&]() {

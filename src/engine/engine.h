@@ -65,6 +65,10 @@ struct RunResult {
   int64_t prompt_tokens = 0;
   int64_t output_tokens = 0;
   int64_t processed_tokens = 0;  // rows computed, recomputation and drafts included
+  // Attention and index op calls with batch_invariant set, and without it: all of one kind,
+  // as RunnerOptions::batch_invariant says.
+  int64_t invariant_op_calls = 0;
+  int64_t variant_op_calls = 0;
 };
 
 struct Progress {

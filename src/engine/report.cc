@@ -54,6 +54,11 @@ std::string str(const json::Json& v, const std::string& key) {
   return m != nullptr && m->is_string() ? m->get<std::string>() : "";
 }
 
+bool flag(const json::Json& v, const std::string& key) {
+  const json::Json* m = json::find(v, key);
+  return m != nullptr && m->is_boolean() && m->get<bool>();
+}
+
 const json::Json& member(const json::Json& v, const std::string& key) {
   static const json::Json kNull;
   const json::Json* m = json::find(v, key);
@@ -157,6 +162,7 @@ json::Json build_report(const ReportContext& c, const RunResult& r, const RunRes
   eng["kv_blocks"] = c.kv_blocks;
   eng["spec_tokens"] = c.spec_tokens;
   eng["spec_accept"] = c.spec_accept;
+  eng["batch_invariant"] = c.batch_invariant;
   eng["device_bytes"] = static_cast<int64_t>(r.device_bytes);
   rep["engine"] = std::move(eng);
 
@@ -319,7 +325,7 @@ std::string format_summary(const json::Json& rep) {
      << ival(m, "topk_compute_layers") << " computing top-k), " << ival(m, "q_heads") << "q/"
      << ival(m, "kv_heads") << "kv heads, KV " << str(m, "kv_dtype") << ", index "
      << str(m, "index_dtype") << ", backend " << str(rep, "backend") << " (" << str(rep, "device")
-     << ")\n";
+     << ")" << (flag(member(rep, "engine"), "batch_invariant") ? ", batch-invariant" : "") << "\n";
   os << "  workload    " << ival(w, "requests") << " requests, " << ival(w, "prompt_tokens")
      << " prompt + " << ival(w, "output_tokens") << " output tokens\n";
   os << "  time        " << fmt("%.2f s", num(s, "wall_s")) << " (" << ival(s, "steps")

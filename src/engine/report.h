@@ -29,6 +29,7 @@ struct ReportContext {
   int kv_blocks = 0;
   int spec_tokens = 0;
   double spec_accept = 0.0;
+  bool batch_invariant = false;
   std::string workload_source;  // "uniform" or the trace path
   double arrival_rate = 0.0;
 };

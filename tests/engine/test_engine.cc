@@ -138,6 +138,26 @@ TEST(Engine, DenseBaselineRunsNoIndexer) {
   for (const auto& s : r.steps) EXPECT_EQ(s.stages[kStageIndexer], 0.0);
 }
 
+// The setting reaches every attention and index op call; on the CPU backend (always batch
+// invariant) the outputs are those of a run without it.
+TEST(Engine, BatchInvariantReachesEveryAttentionAndIndexOp) {
+  const auto reqs = small_workload(3);
+  const RunResult plain = run(small_engine(reqs), reqs);
+  EXPECT_EQ(plain.invariant_op_calls, 0);
+  EXPECT_GT(plain.variant_op_calls, 0);
+  EngineOptions o = small_engine(reqs);
+  o.runner.batch_invariant = true;
+  const RunResult inv = run(o, reqs);
+  EXPECT_EQ(inv.variant_op_calls, 0);
+  EXPECT_EQ(inv.invariant_op_calls, plain.variant_op_calls);
+  EXPECT_EQ(checksums(inv), checksums(plain));
+  // The dense baseline's attention calls too.
+  o.runner.dense_everywhere = true;
+  const RunResult dense = run(o, reqs);
+  EXPECT_EQ(dense.variant_op_calls, 0);
+  EXPECT_GT(dense.invariant_op_calls, 0);
+}
+
 long peak_rss_kb() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
