@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -185,30 +186,65 @@ Preset make_preset(const std::string& name) {
   return p;
 }
 
-class ProgressBar {
+// Progress on stderr. On a terminal, a bar redrawn in place after every step. Elsewhere (a log,
+// a pipe) a line when `interval_s` seconds have passed since the last one (checked after each
+// step, so a step longer than that gives one line), and one at the end. Prompt tokens count
+// with output tokens, so the bar and the lines move during a long prefill.
+class Progress {
  public:
-  ProgressBar(bool enabled, std::string label) : enabled_(enabled), label_(std::move(label)) {}
+  enum class Mode { kNone, kBar, kLines };
+  Progress(Mode mode, std::string label, double interval_s)
+      : mode_(mode), label_(std::move(label)), interval_s_(interval_s) {}
+
   void update(const eng::Progress& p) {
-    if (!enabled_) return;
-    const int width = 30;
-    const int filled = p.total > 0 ? width * p.finished / p.total : 0;
-    std::string bar(static_cast<size_t>(filled), '#');
-    bar.append(static_cast<size_t>(width - filled), '.');
-    std::fprintf(stderr, "\r%s [%s] %d/%d requests  step %lld  %.1f s  %.0f out tok/s ",
-                 label_.c_str(), bar.c_str(), p.finished, p.total, static_cast<long long>(p.step),
-                 p.elapsed_s,
-                 p.elapsed_s > 0 ? static_cast<double>(p.output_tokens) / p.elapsed_s : 0.0);
-    std::fflush(stderr);
-    drawn_ = true;
+    last_ = p;
+    if (mode_ == Mode::kBar) {
+      const int width = 30;
+      const int64_t total = p.prompt_total + p.output_total;
+      const int filled =
+          total > 0 ? static_cast<int>(width * (p.prompt_tokens + p.output_tokens) / total) : 0;
+      std::string bar(static_cast<size_t>(filled), '#');
+      bar.append(static_cast<size_t>(width - filled), '.');
+      std::fprintf(stderr, "\r%-6s [%s] %s ", label_.c_str(), bar.c_str(), counts(p).c_str());
+      std::fflush(stderr);
+      drawn_ = true;
+    } else if (mode_ == Mode::kLines) {
+      const auto now = std::chrono::steady_clock::now();
+      if (std::chrono::duration<double>(now - printed_at_).count() >= interval_s_) {
+        std::fprintf(stderr, "msa run: %s %s\n", label_.c_str(), counts(p).c_str());
+        std::fflush(stderr);
+        printed_at_ = now;
+      }
+    }
   }
+
   void finish() {
-    if (drawn_) std::fprintf(stderr, "\n");
-    drawn_ = false;
+    if (mode_ == Mode::kBar && drawn_) std::fprintf(stderr, "\n");
+    if (mode_ == Mode::kLines && last_.step > 0) {
+      std::fprintf(stderr, "msa run: %s done: %s\n", label_.c_str(), counts(last_).c_str());
+    }
+    std::fflush(stderr);
   }
 
  private:
-  bool enabled_;
+  static std::string counts(const eng::Progress& p) {
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "%d/%d requests, prompt %lld/%lld tokens, output %lld/%lld tokens, step %lld, "
+                  "%.1f s, %.0f out tok/s",
+                  p.finished, p.total, static_cast<long long>(p.prompt_tokens),
+                  static_cast<long long>(p.prompt_total), static_cast<long long>(p.output_tokens),
+                  static_cast<long long>(p.output_total), static_cast<long long>(p.step),
+                  p.elapsed_s,
+                  p.elapsed_s > 0 ? static_cast<double>(p.output_tokens) / p.elapsed_s : 0.0);
+    return line;
+  }
+
+  Mode mode_;
   std::string label_;
+  double interval_s_;
+  std::chrono::steady_clock::time_point printed_at_ = std::chrono::steady_clock::now();
+  eng::Progress last_;
   bool drawn_ = false;
 };
 
@@ -260,7 +296,7 @@ struct RunArgs {
   std::string prompt_len, output_len;
   int tp = 0, topk_freq = 1, requests = 0, spec_tokens = 0, threads = 0;
   int max_batch_tokens = 0, kv_blocks = 0, fidelity_rows = 2;
-  double arrival_rate = 0.0, spec_accept = 0.0;
+  double arrival_rate = 0.0, spec_accept = 0.0, progress_interval = 5.0;
   uint64_t seed = 0;
   bool compare_dense = false, quiet = false, batch_invariant = false;
 
@@ -386,6 +422,12 @@ CLI::App* add_run_command(CLI::App& msa_app, RunArgs* a) {
       ->type_name("N")
       ->check(integer_in(0, 1024))
       ->group(output);
+  run->add_option("--progress-interval", a->progress_interval,
+                  "seconds between progress lines when stderr is not a terminal\n"
+                  "(default 5; 0 = after every step); a terminal gets a bar")
+      ->type_name("S")
+      ->check(number_in(0.0, 86400.0))
+      ->group(output);
   run->add_flag("--quiet", a->quiet, "no progress and no summary")
       ->disable_flag_override()
       ->group(output);
@@ -466,14 +508,16 @@ int cmd_run(const RunArgs& a, const std::string& command) {
     if (!s.ok()) usage_error("--report: " + s.message());
   }
   const bool quiet = a.quiet;
-  const bool tty = !quiet && isatty(STDERR_FILENO) != 0;
+  const Progress::Mode mode = quiet                        ? Progress::Mode::kNone
+                              : isatty(STDERR_FILENO) != 0 ? Progress::Mode::kBar
+                                                           : Progress::Mode::kLines;
 
   eng::RunResult run, dense;
   {
-    ProgressBar bar(tty, compare ? "sparse" : "run");
+    Progress progress(mode, compare ? "sparse" : "run", a.progress_interval);
     s = eng::run_engine(
-        eo, requests, [&](const eng::Progress& pr) { bar.update(pr); }, &run);
-    bar.finish();
+        eo, requests, [&](const eng::Progress& pr) { progress.update(pr); }, &run);
+    progress.finish();
   }
   if (!s.ok()) {
     std::cerr << "msa run: " << s.message() << "\n";
@@ -483,10 +527,10 @@ int cmd_run(const RunArgs& a, const std::string& command) {
     eng::EngineOptions d = eo;
     d.runner.dense_everywhere = true;
     d.runner.fidelity_rows_per_step = 0;
-    ProgressBar bar(tty, "dense ");
+    Progress progress(mode, "dense", a.progress_interval);
     s = eng::run_engine(
-        d, requests, [&](const eng::Progress& pr) { bar.update(pr); }, &dense);
-    bar.finish();
+        d, requests, [&](const eng::Progress& pr) { progress.update(pr); }, &dense);
+    progress.finish();
     if (!s.ok()) {
       std::cerr << "msa run (dense baseline): " << s.message() << "\n";
       return status_exit(s);

@@ -146,7 +146,14 @@ Status run_engine(const EngineOptions& opts, const std::vector<RequestSpec>& req
     if (progress) {
       Progress pr;
       pr.total = static_cast<int>(sched.requests().size());
-      for (const auto& r : sched.requests()) pr.finished += r.phase == Phase::kFinished;
+      for (const auto& r : sched.requests()) {
+        const bool finished = r.phase == Phase::kFinished;
+        pr.finished += finished;
+        pr.prompt_tokens +=
+            finished ? r.spec.prompt_tokens : std::min(r.computed, r.spec.prompt_tokens);
+        pr.prompt_total += r.spec.prompt_tokens;
+        pr.output_total += r.spec.output_tokens;
+      }
       pr.step = step;
       pr.elapsed_s = now_s();
       pr.output_tokens = generated;

@@ -71,12 +71,18 @@ struct RunResult {
   int64_t variant_op_calls = 0;
 };
 
+// After every step. Prompt tokens count as progress too, so that a long prefill moves it:
+// prompt_tokens is the sum over requests of the prompt tokens in the caches (a preempted
+// request's go back to 0 until it is prefilled again; a finished request's stay counted).
 struct Progress {
   int finished = 0;
   int total = 0;
   int64_t step = 0;
   double elapsed_s = 0.0;
   int64_t output_tokens = 0;
+  int64_t output_total = 0;
+  int64_t prompt_tokens = 0;
+  int64_t prompt_total = 0;
 };
 
 // Runs the workload to completion. On failure *out is left untouched.
