@@ -15,7 +15,9 @@
 # Host warnings are not errors here: the GPU machine has a newer g++ than CI, whose -Werror
 # build is the authority on warnings. Logs go to $OUT (default ./gpu_check_out). GoogleTest is
 # taken from .gtest/ (a copy of Debian's /usr/src/googletest carried to the machine) when no
-# system GTest exists. STAGE_TIMEOUT (seconds, default 300) limits each test and sanitizer run.
+# system GTest exists; nlohmann/json and CLI11 likewise from .deps/prefix (made by
+# `scripts/install_deps.sh --stage-headers`, carried) when the machine has neither.
+# STAGE_TIMEOUT (seconds, default 300) limits each test and sanitizer run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_check_out}

@@ -15,18 +15,32 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
 cmake --build "$BUILD_DIR" -j "$JOBS"
 ctest --test-dir "$BUILD_DIR" -L cpu --output-on-failure -j "$JOBS" --timeout 900
 
-# PyTorch ops: built and tested when torch is importable here; otherwise skipped with a note
-# (scripts/gpu_check.sh runs them on the GPU machine, which has torch).
-if python3 -c "import torch" >/dev/null 2>&1; then
-  python3 -m pip install -q wheel pytest >/dev/null
+# The Python package (PyTorch ops, plots): built and tested in a virtual environment, $MSA_VENV
+# (default .venv in the repository, git-ignored), created when missing, so that no Python of the
+# user's is changed. torch (about 5 GB) is not installed here: the environment's own torch is used
+# (CI installs it there, see .ci/run), else python3's, which the environment then sees through a
+# .pth file. With neither, the Python tests are skipped with a note.
+VENV=${MSA_VENV:-$PWD/.venv}
+if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1 &&
+  torch_dir=$(python3 -c "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))" \
+    2>/dev/null); then
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  site=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  echo "$torch_dir" >"$site/_msa_torch_of_python3.pth"
+fi
+if "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
+  py=$VENV/bin/python
   # The extension's CUDA backend follows the C++ build's choice (off unless MSA_WITH_CUDA=ON).
   py_cuda=0
   [ "${MSA_WITH_CUDA:-OFF}" = "ON" ] && py_cuda=1
-  MSA_WITH_CUDA=$py_cuda MAX_JOBS=$JOBS python3 -m pip install -q --no-build-isolation --no-deps \
-    ./python
-  python3 -m pytest -q tests/python
+  "$py" -m pip install -q setuptools wheel
+  MSA_WITH_CUDA=$py_cuda MAX_JOBS=$JOBS "$py" -m pip install -q --no-build-isolation \
+    "./python[tests]"
+  # The plot tests also draw through `msa report --plot` with this build's program.
+  MSA_CLI="$(cd "$BUILD_DIR" && pwd)/tools/msa" "$py" -m pytest -q tests/python
   # The README's integration example, on the CPU (a few seconds).
-  python3 examples/engine_integration.py --device cpu
+  "$py" examples/engine_integration.py --device cpu
 else
-  echo "python tests: SKIPPED (torch is not installed; pip install torch to run them)"
+  echo "python tests: SKIPPED (torch imports neither in $VENV nor in python3; to run them:" \
+    "python3 -m venv $VENV && $VENV/bin/pip install torch)"
 fi

@@ -4,12 +4,20 @@
 # runs on this machine (about 9.5 GB; its first install takes minutes). The msa wheel is built
 # once with the main interpreter's torch and installed into it unchanged: the extension uses
 # torch's stable ABI. Skipped, with a note, without torch or without the disk for vLLM.
-# Environment: PYTHON (default python3, the interpreter with torch), MSA_VLLM_VENV (default
-# /var/cache/msa/vllm-<version>), JOBS (default: all cores).
+# Environment: PYTHON (the interpreter with torch that builds the wheel; default the Python of
+# the environment scripts/test.sh uses, $MSA_VENV or .venv, when it exists, else python3),
+# MSA_VLLM_VENV (default /var/cache/msa/vllm-<version>), JOBS (default: all cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VLLM_VERSION=0.33.0
-PY=${PYTHON:-python3}
+TEST_VENV=${MSA_VENV:-$PWD/.venv}
+if [ -n "${PYTHON:-}" ]; then
+  PY=$PYTHON
+elif [ -x "$TEST_VENV/bin/python" ]; then
+  PY=$TEST_VENV/bin/python
+else
+  PY=python3
+fi
 VENV=${MSA_VLLM_VENV:-/var/cache/msa/vllm-$VLLM_VERSION}
 JOBS=${JOBS:-$(nproc)}
 

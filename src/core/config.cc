@@ -21,73 +21,73 @@ constexpr int kM3DenseLayers = 3;
 
 Status parse_error(const std::string& msg) { return Status(StatusCode::kParseError, msg); }
 
-const char* json_type_name(const json::Value& v) {
-  switch (v.type()) {
-    case json::Type::kNull:
-      return "null";
-    case json::Type::kBool:
-      return "a boolean";
-    case json::Type::kNumber:
-      return v.is_integer() ? "an integer" : "a non-integer number";
-    case json::Type::kString:
-      return "a string";
-    case json::Type::kArray:
-      return "an array";
-    case json::Type::kObject:
-      return "an object";
-  }
-  return "unknown";
-}
+// The object the keys are read from (the top level or text_config), and where its keys are.
+struct Keys {
+  const json::Json& obj;
+  std::string pointer;  // JSON pointer of obj ("" or "/text_config")
+  const json::KeyLines& lines;
 
-Status wrong_type(const std::string& key, const char* expected, const json::Value& v) {
-  return parse_error("config key '" + key + "': expected " + expected + ", got " +
-                     json_type_name(v));
-}
-
-// Typed readers: an absent key (or a JSON null, which Hugging Face configs use for "unset")
-// leaves *out unchanged.
-Status read_int(const json::Value& obj, const std::string& key, int* out) {
-  const json::Value* v = obj.find(key);
-  if (v == nullptr || v->is_null()) return Status::Ok();
-  if (!v->is_integer() || v->as_int() < std::numeric_limits<int>::min() ||
-      v->as_int() > std::numeric_limits<int>::max()) {
-    return wrong_type(key, "an integer in the 32-bit range", *v);
+  // The key's value, or nullptr when it is absent or a JSON null (which Hugging Face configs use
+  // for "unset"): absent keys keep their defaults.
+  const json::Json* find(const std::string& key) const {
+    const auto it = obj.find(key);
+    return it == obj.end() || it->is_null() ? nullptr : &*it;
   }
-  *out = static_cast<int>(v->as_int());
+  // "config key 'head_dim' (line 12)"
+  std::string name(const std::string& key) const {
+    const auto it = lines.find(pointer + "/" + key);
+    return "config key '" + key + "'" +
+           (it == lines.end() ? "" : " (line " + std::to_string(it->second) + ")");
+  }
+  Status wrong_type(const std::string& key, const char* expected, const json::Json& v) const {
+    return parse_error(name(key) + ": expected " + expected + ", got " + json::type_name(v));
+  }
+};
+
+Status read_int(const Keys& c, const std::string& key, int* out) {
+  const json::Json* v = c.find(key);
+  if (v == nullptr) return Status::Ok();
+  int64_t i = 0;
+  if (!json::exact_int(*v, &i) || i < std::numeric_limits<int>::min() ||
+      i > std::numeric_limits<int>::max()) {
+    return c.wrong_type(key, "an integer in the 32-bit range", *v);
+  }
+  *out = static_cast<int>(i);
   return Status::Ok();
 }
 
-Status read_double(const json::Value& obj, const std::string& key, double* out) {
-  const json::Value* v = obj.find(key);
-  if (v == nullptr || v->is_null()) return Status::Ok();
-  if (!v->is_number()) return wrong_type(key, "a number", *v);
-  *out = v->as_number();
+Status read_double(const Keys& c, const std::string& key, double* out) {
+  const json::Json* v = c.find(key);
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_number()) return c.wrong_type(key, "a number", *v);
+  *out = v->get<double>();
   return Status::Ok();
 }
 
-Status read_bool(const json::Value& obj, const std::string& key, bool* out) {
-  const json::Value* v = obj.find(key);
-  if (v == nullptr || v->is_null()) return Status::Ok();
-  if (!v->is_bool()) return wrong_type(key, "a boolean", *v);
-  *out = v->as_bool();
+Status read_bool(const Keys& c, const std::string& key, bool* out) {
+  const json::Json* v = c.find(key);
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_boolean()) return c.wrong_type(key, "a boolean", *v);
+  *out = v->get<bool>();
   return Status::Ok();
 }
 
 // sparse_attention_freq: one 0/1 (or boolean) entry per layer, 1 = sparse.
-Status read_layer_pattern(const json::Value& obj, const std::string& key, std::vector<bool>* out) {
-  const json::Value* v = obj.find(key);
-  if (v == nullptr || v->is_null()) return Status::Ok();
-  if (!v->is_array()) return wrong_type(key, "an array of 0/1 per layer", *v);
+Status read_layer_pattern(const Keys& c, const std::string& key, std::vector<bool>* out) {
+  const json::Json* v = c.find(key);
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_array()) return c.wrong_type(key, "an array of 0/1 per layer", *v);
   std::vector<bool> layers;
   for (size_t i = 0; i < v->size(); ++i) {
-    const json::Value& e = (*v)[i];
-    if (e.is_bool()) {
-      layers.push_back(e.as_bool());
-    } else if (e.is_integer() && (e.as_int() == 0 || e.as_int() == 1)) {
-      layers.push_back(e.as_int() == 1);
+    const json::Json& e = (*v)[i];
+    int64_t bit = -1;
+    if (e.is_boolean()) {
+      layers.push_back(e.get<bool>());
+    } else if (json::exact_int(e, &bit) && (bit == 0 || bit == 1)) {
+      layers.push_back(bit == 1);
     } else {
-      return parse_error("config key '" + key + "': element " + std::to_string(i) +
-                         " must be 0 or 1, got " + json::dump(e));
+      return parse_error(c.name(key) + ": element " + std::to_string(i) + " must be 0 or 1, got " +
+                         json::dump(e));
     }
   }
   *out = std::move(layers);
@@ -175,16 +175,18 @@ Status ModelConfig::validate() const {
 
 Status parse_hf_config(const std::string& json_text, ModelConfig* out) {
   if (out == nullptr) return invalid("out: null output pointer");
-  json::Value root;
-  MSA_RETURN_IF_ERROR(json::parse(json_text, &root));
+  json::Json root;
+  json::KeyLines lines;
+  MSA_RETURN_IF_ERROR(json::parse(json_text, &root, &lines));
   if (!root.is_object()) return parse_error("config: the top level must be a JSON object");
-  const json::Value* text = root.find("text_config");
-  if (text != nullptr && !text->is_null() && !text->is_object()) {
-    return wrong_type("text_config", "an object", *text);
+  const Keys top{root, "", lines};
+  const json::Json* text = top.find("text_config");
+  if (text != nullptr && !text->is_object()) {
+    return top.wrong_type("text_config", "an object", *text);
   }
   // The reuse keys (and every other key) are read from text_config only when it exists: the
   // flat form is ignored by the upstream loader too (spec B1).
-  const json::Value& c = (text != nullptr && text->is_object()) ? *text : root;
+  const Keys c = text != nullptr ? Keys{*text, "/text_config", lines} : top;
 
   ModelConfig cfg = ModelConfig::minimax_m3();
   MSA_RETURN_IF_ERROR(read_int(c, "hidden_size", &cfg.hidden_size));
@@ -208,23 +210,19 @@ Status parse_hf_config(const std::string& json_text, ModelConfig* out) {
 
   // rotary_dim wins when both are given; partial_rotary_factor scales the (possibly loaded)
   // head_dim and must give a whole number of dimensions.
-  const json::Value* rotary = c.find("rotary_dim");
-  if (rotary != nullptr && !rotary->is_null()) {
+  if (c.find("rotary_dim") != nullptr) {
     MSA_RETURN_IF_ERROR(read_int(c, "rotary_dim", &cfg.rotary_dim));
-  } else {
-    const json::Value* factor_value = c.find("partial_rotary_factor");
-    if (factor_value != nullptr && !factor_value->is_null()) {
-      double factor = 0.0;
-      MSA_RETURN_IF_ERROR(read_double(c, "partial_rotary_factor", &factor));
-      const double dims = factor * cfg.head_dim;
-      if (!(factor > 0.0 && factor <= 1.0) || dims != std::floor(dims)) {
-        std::ostringstream os;
-        os << "config key 'partial_rotary_factor': " << factor << " * head_dim " << cfg.head_dim
-           << " is not a whole number of dimensions in (0, head_dim]";
-        return parse_error(os.str());
-      }
-      cfg.rotary_dim = static_cast<int>(dims);
+  } else if (c.find("partial_rotary_factor") != nullptr) {
+    double factor = 0.0;
+    MSA_RETURN_IF_ERROR(read_double(c, "partial_rotary_factor", &factor));
+    const double dims = factor * cfg.head_dim;
+    if (!(factor > 0.0 && factor <= 1.0) || dims != std::floor(dims)) {
+      std::ostringstream os;
+      os << c.name("partial_rotary_factor") << ": " << factor << " * head_dim " << cfg.head_dim
+         << " is not a whole number of dimensions in (0, head_dim]";
+      return parse_error(os.str());
     }
+    cfg.rotary_dim = static_cast<int>(dims);
   }
   MSA_RETURN_IF_ERROR(cfg.validate());
   *out = std::move(cfg);

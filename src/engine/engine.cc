@@ -120,6 +120,8 @@ Status run_engine(const EngineOptions& opts, const std::vector<RequestSpec>& req
     rec.stages = step_out.stages;
     res.busy_s += rec.latency_ms / 1e3;
     res.processed_tokens += rec.tokens;
+    res.invariant_op_calls += step_out.invariant_op_calls;
+    res.variant_op_calls += step_out.variant_op_calls;
     for (auto& fs : step_out.samples) res.samples.push_back(fs);
 
     const int64_t before = [&]() {
@@ -137,13 +139,21 @@ Status run_engine(const EngineOptions& opts, const std::vector<RequestSpec>& req
     }
     int64_t after = 0;
     for (const auto& r : sched.requests()) after += r.generated;
-    generated += after - before;
+    rec.output_tokens = after - before;
+    generated += rec.output_tokens;
     res.steps.push_back(rec);
     ++step;
     if (progress) {
       Progress pr;
       pr.total = static_cast<int>(sched.requests().size());
-      for (const auto& r : sched.requests()) pr.finished += r.phase == Phase::kFinished;
+      for (const auto& r : sched.requests()) {
+        const bool finished = r.phase == Phase::kFinished;
+        pr.finished += finished;
+        pr.prompt_tokens +=
+            finished ? r.spec.prompt_tokens : std::min(r.computed, r.spec.prompt_tokens);
+        pr.prompt_total += r.spec.prompt_tokens;
+        pr.output_total += r.spec.output_tokens;
+      }
       pr.step = step;
       pr.elapsed_s = now_s();
       pr.output_tokens = generated;

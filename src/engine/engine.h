@@ -26,7 +26,8 @@ struct StepRecord {
   int prefill_requests = 0;
   int64_t decode_tokens = 0;
   int64_t prefill_tokens = 0;
-  int64_t max_context = 0;  // largest sequence length in the batch after the step
+  int64_t output_tokens = 0;  // tokens the step added to the outputs (accepted drafts included)
+  int64_t max_context = 0;    // largest sequence length in the batch after the step
   double latency_ms = 0.0;
   StageTimes stages{};
   int kv_blocks_used = 0;
@@ -64,14 +65,24 @@ struct RunResult {
   int64_t prompt_tokens = 0;
   int64_t output_tokens = 0;
   int64_t processed_tokens = 0;  // rows computed, recomputation and drafts included
+  // Attention and index op calls with batch_invariant set, and without it: all of one kind,
+  // as RunnerOptions::batch_invariant says.
+  int64_t invariant_op_calls = 0;
+  int64_t variant_op_calls = 0;
 };
 
+// After every step. Prompt tokens count as progress too, so that a long prefill moves it:
+// prompt_tokens is the sum over requests of the prompt tokens in the caches (a preempted
+// request's go back to 0 until it is prefilled again; a finished request's stay counted).
 struct Progress {
   int finished = 0;
   int total = 0;
   int64_t step = 0;
   double elapsed_s = 0.0;
   int64_t output_tokens = 0;
+  int64_t output_total = 0;
+  int64_t prompt_tokens = 0;
+  int64_t prompt_total = 0;
 };
 
 // Runs the workload to completion. On failure *out is left untouched.

@@ -35,26 +35,39 @@ std::string hex64(uint64_t v) {
   return buf;
 }
 
-double num(const json::Value& v, const std::string& key) {
-  const json::Value* m = v.find(key);
-  return m != nullptr ? m->as_number() : 0.0;
+// Readers of a report that validate_report accepted: a missing or null member reads as 0, an
+// empty string or a null value.
+double num(const json::Json& v, const std::string& key) {
+  const json::Json* m = json::find(v, key);
+  return m != nullptr && m->is_number() ? m->get<double>() : 0.0;
 }
 
-int64_t ival(const json::Value& v, const std::string& key) {
-  const json::Value* m = v.find(key);
-  if (m == nullptr) return 0;
-  return m->is_integer() ? m->as_int() : std::llround(m->as_number());
+int64_t ival(const json::Json& v, const std::string& key) {
+  const json::Json* m = json::find(v, key);
+  int64_t i = 0;
+  if (m == nullptr || !m->is_number()) return 0;
+  return json::exact_int(*m, &i) ? i : std::llround(m->get<double>());
 }
 
-const json::Value& member(const json::Value& v, const std::string& key) {
-  static const json::Value kNull;
-  const json::Value* m = v.find(key);
+std::string str(const json::Json& v, const std::string& key) {
+  const json::Json* m = json::find(v, key);
+  return m != nullptr && m->is_string() ? m->get<std::string>() : "";
+}
+
+bool flag(const json::Json& v, const std::string& key) {
+  const json::Json* m = json::find(v, key);
+  return m != nullptr && m->is_boolean() && m->get<bool>();
+}
+
+const json::Json& member(const json::Json& v, const std::string& key) {
+  static const json::Json kNull;
+  const json::Json* m = json::find(v, key);
   return m != nullptr ? *m : kNull;
 }
 
-json::Value stage_object(const StageTimes& t) {
-  json::Value o = json::Value::object();
-  for (int s = 0; s < kNumStages; ++s) o.set(stage_name(s), t[static_cast<size_t>(s)]);
+json::Json stage_object(const StageTimes& t) {
+  json::Json o = json::Json::object();
+  for (int s = 0; s < kNumStages; ++s) o[stage_name(s)] = t[static_cast<size_t>(s)];
   return o;
 }
 
@@ -67,20 +80,20 @@ StageTimes stage_totals(const RunResult& r) {
   return t;
 }
 
-json::Value run_totals(const RunResult& r) {
-  json::Value o = json::Value::object();
+json::Json run_totals(const RunResult& r) {
+  json::Json o = json::Json::object();
   const double clock = r.wall_s > 0.0 ? r.wall_s : 1e-9;
-  o.set("wall_s", r.wall_s);
-  o.set("busy_s", r.busy_s);
-  o.set("idle_skipped_s", r.idle_skipped_s);
-  o.set("steps", static_cast<int64_t>(r.steps.size()));
-  o.set("requests_per_s", static_cast<double>(r.requests.size()) / clock);
-  o.set("output_tokens_per_s", static_cast<double>(r.output_tokens) / clock);
-  o.set("processed_tokens_per_s", static_cast<double>(r.processed_tokens) / clock);
+  o["wall_s"] = r.wall_s;
+  o["busy_s"] = r.busy_s;
+  o["idle_skipped_s"] = r.idle_skipped_s;
+  o["steps"] = static_cast<int64_t>(r.steps.size());
+  o["requests_per_s"] = static_cast<double>(r.requests.size()) / clock;
+  o["output_tokens_per_s"] = static_cast<double>(r.output_tokens) / clock;
+  o["processed_tokens_per_s"] = static_cast<double>(r.processed_tokens) / clock;
   std::vector<double> lat;
   for (const auto& s : r.steps) lat.push_back(s.latency_ms);
-  o.set("step_latency_ms", distribution(lat));
-  o.set("stage_ms", stage_object(stage_totals(r)));
+  o["step_latency_ms"] = distribution(lat);
+  o["stage_ms"] = stage_object(stage_totals(r));
   return o;
 }
 
@@ -88,9 +101,9 @@ const char* dtype_label(DType t) { return t == DType::kE4M3 ? "fp8" : "bf16"; }
 
 }  // namespace
 
-json::Value distribution(std::vector<double> v) {
-  json::Value o = json::Value::object();
-  o.set("count", static_cast<int64_t>(v.size()));
+json::Json distribution(std::vector<double> v) {
+  json::Json o = json::Json::object();
+  o["count"] = static_cast<int64_t>(v.size());
   if (v.empty()) return o;
   std::sort(v.begin(), v.end());
   auto rank = [&](double q) {
@@ -99,24 +112,24 @@ json::Value distribution(std::vector<double> v) {
   };
   double sum = 0.0;
   for (double x : v) sum += x;
-  o.set("p50", rank(0.50));
-  o.set("p90", rank(0.90));
-  o.set("p99", rank(0.99));
-  o.set("min", v.front());
-  o.set("max", v.back());
-  o.set("mean", sum / static_cast<double>(v.size()));
+  o["p50"] = rank(0.50);
+  o["p90"] = rank(0.90);
+  o["p99"] = rank(0.99);
+  o["min"] = v.front();
+  o["max"] = v.back();
+  o["mean"] = sum / static_cast<double>(v.size());
   return o;
 }
 
-json::Value build_report(const ReportContext& c, const RunResult& r, const RunResult* dense) {
-  json::Value rep = json::Value::object();
-  rep.set("schema", "msa-run-report/1");
-  rep.set("msa_version", version_string());
-  rep.set("command", c.command);
-  rep.set("backend", c.backend);
-  rep.set("device", c.device);
-  rep.set("threads", c.threads);
-  rep.set("seed", static_cast<int64_t>(c.seed));
+json::Json build_report(const ReportContext& c, const RunResult& r, const RunResult* dense) {
+  json::Json rep = json::Json::object();
+  rep["schema"] = "msa-run-report/1";
+  rep["msa_version"] = version_string();
+  rep["command"] = c.command;
+  rep["backend"] = c.backend;
+  rep["device"] = c.device;
+  rep["threads"] = c.threads;
+  rep["seed"] = static_cast<int64_t>(c.seed);
 
   int dense_layers = 0, compute_layers = 0, reuse_layers = 0;
   for (LayerKind k : r.plan) {
@@ -124,119 +137,121 @@ json::Value build_report(const ReportContext& c, const RunResult& r, const RunRe
     compute_layers += k == LayerKind::kSparseCompute;
     reuse_layers += k == LayerKind::kSparseReuse;
   }
-  json::Value model = json::Value::object();
-  model.set("preset", c.preset);
-  model.set("layers", c.model.num_layers);
-  model.set("dense_layers", dense_layers);
-  model.set("sparse_layers", compute_layers + reuse_layers);
-  model.set("topk_compute_layers", compute_layers);
-  model.set("topk_reuse_layers", reuse_layers);
-  model.set("tp_size", c.shape.tp_size);
-  model.set("q_heads", c.shape.num_q_heads);
-  model.set("kv_heads", c.shape.num_kv_heads);
-  model.set("index_heads", c.shape.num_index_heads);
-  model.set("head_dim", c.shape.head_dim);
-  model.set("index_dim", c.shape.index_dim);
-  model.set("block_size", c.model.sparse_block_size);
-  model.set("topk_blocks", c.model.sparse_topk_blocks);
-  model.set("topk_freq", c.model.use_index_cache ? c.model.index_topk_freq : 1);
-  model.set("kv_dtype", dtype_label(c.kv_dtype));
-  model.set("index_dtype", dtype_label(c.index_dtype));
-  rep.set("model", std::move(model));
+  json::Json model = json::Json::object();
+  model["preset"] = c.preset;
+  model["layers"] = c.model.num_layers;
+  model["dense_layers"] = dense_layers;
+  model["sparse_layers"] = compute_layers + reuse_layers;
+  model["topk_compute_layers"] = compute_layers;
+  model["topk_reuse_layers"] = reuse_layers;
+  model["tp_size"] = c.shape.tp_size;
+  model["q_heads"] = c.shape.num_q_heads;
+  model["kv_heads"] = c.shape.num_kv_heads;
+  model["index_heads"] = c.shape.num_index_heads;
+  model["head_dim"] = c.shape.head_dim;
+  model["index_dim"] = c.shape.index_dim;
+  model["block_size"] = c.model.sparse_block_size;
+  model["topk_blocks"] = c.model.sparse_topk_blocks;
+  model["topk_freq"] = c.model.use_index_cache ? c.model.index_topk_freq : 1;
+  model["kv_dtype"] = dtype_label(c.kv_dtype);
+  model["index_dtype"] = dtype_label(c.index_dtype);
+  rep["model"] = std::move(model);
 
-  json::Value eng = json::Value::object();
-  eng.set("max_batch_tokens", c.max_batch_tokens);
-  eng.set("kv_blocks", c.kv_blocks);
-  eng.set("spec_tokens", c.spec_tokens);
-  eng.set("spec_accept", c.spec_accept);
-  eng.set("device_bytes", static_cast<int64_t>(r.device_bytes));
-  rep.set("engine", std::move(eng));
+  json::Json eng = json::Json::object();
+  eng["max_batch_tokens"] = c.max_batch_tokens;
+  eng["kv_blocks"] = c.kv_blocks;
+  eng["spec_tokens"] = c.spec_tokens;
+  eng["spec_accept"] = c.spec_accept;
+  eng["batch_invariant"] = c.batch_invariant;
+  eng["device_bytes"] = static_cast<int64_t>(r.device_bytes);
+  rep["engine"] = std::move(eng);
 
-  json::Value wl = json::Value::object();
-  wl.set("source", c.workload_source);
-  wl.set("requests", static_cast<int64_t>(r.requests.size()));
-  wl.set("prompt_tokens", r.prompt_tokens);
-  wl.set("output_tokens", r.output_tokens);
-  wl.set("arrival_rate", c.arrival_rate);
-  rep.set("workload", std::move(wl));
+  json::Json wl = json::Json::object();
+  wl["source"] = c.workload_source;
+  wl["requests"] = static_cast<int64_t>(r.requests.size());
+  wl["prompt_tokens"] = r.prompt_tokens;
+  wl["output_tokens"] = r.output_tokens;
+  wl["arrival_rate"] = c.arrival_rate;
+  rep["workload"] = std::move(wl);
 
-  json::Value sum = run_totals(r);
+  json::Json sum = run_totals(r);
   std::vector<double> ttft, latency;
   for (const auto& q : r.requests) {
     ttft.push_back(q.ttft_s);
     latency.push_back(q.latency_s);
   }
-  sum.set("ttft_s", distribution(ttft));
-  sum.set("request_latency_s", distribution(latency));
-  json::Value kv = json::Value::object();
-  kv.set("pool_blocks", r.pool_blocks);
-  kv.set("peak_blocks", r.peak_kv_blocks);
-  kv.set("peak_fraction",
-         r.pool_blocks > 0 ? static_cast<double>(r.peak_kv_blocks) / r.pool_blocks : 0.0);
-  kv.set("index_peak_blocks", r.peak_index_blocks);
-  kv.set("blocks_in_use_at_end", r.blocks_in_use_at_end);
-  sum.set("kv_cache", std::move(kv));
-  sum.set("preemptions", r.preemptions);
-  sum.set("recomputed_tokens", r.recomputed_tokens);
-  json::Value spec = json::Value::object();
-  spec.set("draft_tokens_proposed", r.draft_proposed);
-  spec.set("draft_tokens_accepted", r.draft_accepted);
-  spec.set("acceptance_rate",
-           r.draft_proposed > 0 ? static_cast<double>(r.draft_accepted) / r.draft_proposed : 0.0);
-  sum.set("speculative", std::move(spec));
-  rep.set("summary", std::move(sum));
+  sum["ttft_s"] = distribution(ttft);
+  sum["request_latency_s"] = distribution(latency);
+  json::Json kv = json::Json::object();
+  kv["pool_blocks"] = r.pool_blocks;
+  kv["peak_blocks"] = r.peak_kv_blocks;
+  kv["peak_fraction"] =
+      r.pool_blocks > 0 ? static_cast<double>(r.peak_kv_blocks) / r.pool_blocks : 0.0;
+  kv["index_peak_blocks"] = r.peak_index_blocks;
+  kv["blocks_in_use_at_end"] = r.blocks_in_use_at_end;
+  sum["kv_cache"] = std::move(kv);
+  sum["preemptions"] = r.preemptions;
+  sum["recomputed_tokens"] = r.recomputed_tokens;
+  json::Json spec = json::Json::object();
+  spec["draft_tokens_proposed"] = r.draft_proposed;
+  spec["draft_tokens_accepted"] = r.draft_accepted;
+  spec["acceptance_rate"] =
+      r.draft_proposed > 0 ? static_cast<double>(r.draft_accepted) / r.draft_proposed : 0.0;
+  sum["speculative"] = std::move(spec);
+  rep["summary"] = std::move(sum);
 
-  json::Value reqs = json::Value::array();
+  json::Json reqs = json::Json::array();
   for (const auto& q : r.requests) {
-    json::Value o = json::Value::object();
-    o.set("id", q.id);
-    o.set("arrival_s", q.arrival_s);
-    o.set("prompt_tokens", q.prompt_tokens);
-    o.set("output_tokens", q.output_tokens);
-    o.set("preemptions", q.preemptions);
-    o.set("recomputed_tokens", q.recomputed_tokens);
-    o.set("ttft_s", q.ttft_s);
-    o.set("latency_s", q.latency_s);
-    o.set("checksum", hex64(q.checksum));
+    json::Json o = json::Json::object();
+    o["id"] = q.id;
+    o["arrival_s"] = q.arrival_s;
+    o["prompt_tokens"] = q.prompt_tokens;
+    o["output_tokens"] = q.output_tokens;
+    o["preemptions"] = q.preemptions;
+    o["recomputed_tokens"] = q.recomputed_tokens;
+    o["ttft_s"] = q.ttft_s;
+    o["latency_s"] = q.latency_s;
+    o["checksum"] = hex64(q.checksum);
     reqs.push_back(std::move(o));
   }
-  rep.set("requests", std::move(reqs));
+  rep["requests"] = std::move(reqs);
 
-  json::Value steps = json::Value::array();
+  json::Json steps = json::Json::array();
   for (const auto& s : r.steps) {
-    json::Value o = json::Value::object();
-    o.set("step", s.step);
-    o.set("start_s", s.start_s);
-    o.set("tokens", s.tokens);
-    o.set("decode_requests", s.decode_requests);
-    o.set("prefill_requests", s.prefill_requests);
-    o.set("decode_tokens", s.decode_tokens);
-    o.set("prefill_tokens", s.prefill_tokens);
-    o.set("max_context", s.max_context);
-    o.set("latency_ms", s.latency_ms);
-    o.set("kv_blocks_used", s.kv_blocks_used);
-    o.set("stage_ms", stage_object(s.stages));
+    json::Json o = json::Json::object();
+    o["step"] = s.step;
+    o["start_s"] = s.start_s;
+    o["tokens"] = s.tokens;
+    o["decode_requests"] = s.decode_requests;
+    o["prefill_requests"] = s.prefill_requests;
+    o["decode_tokens"] = s.decode_tokens;
+    o["prefill_tokens"] = s.prefill_tokens;
+    o["output_tokens"] = s.output_tokens;
+    o["max_context"] = s.max_context;
+    o["latency_ms"] = s.latency_ms;
+    o["kv_blocks_used"] = s.kv_blocks_used;
+    o["stage_ms"] = stage_object(s.stages);
     steps.push_back(std::move(o));
   }
-  rep.set("steps", std::move(steps));
+  rep["steps"] = std::move(steps);
 
   if (dense != nullptr) {
-    json::Value cmp = json::Value::object();
-    cmp.set("dense", run_totals(*dense));
+    json::Json cmp = json::Json::object();
+    cmp["dense"] = run_totals(*dense);
     const StageTimes st = stage_totals(r);
     const StageTimes dt = stage_totals(*dense);
     // Readback holds the fidelity sampling, which only the sparse run does: leave it out.
     const double sparse_work = r.busy_s - st[kStageReadback] / 1e3;
     const double dense_work = dense->busy_s - dt[kStageReadback] / 1e3;
-    cmp.set("speedup", sparse_work > 0.0 ? dense_work / sparse_work : 0.0);
+    cmp["speedup"] = sparse_work > 0.0 ? dense_work / sparse_work : 0.0;
     const double sparse_attn = st[kStageAttention] + st[kStageIndexer];
-    cmp.set("attention_speedup",
-            sparse_attn > 0.0 ? (dt[kStageAttention] + dt[kStageIndexer]) / sparse_attn : 0.0);
-    json::Value fid = json::Value::object();
-    fid.set("method",
-            "host fp64 dense softmax over every causal key for sampled rows (one sparse layer "
-            "per step, cycling; rows whose context exceeds topk_blocks * block_size), compared "
-            "with the sparse attention output of the same run");
+    cmp["attention_speedup"] =
+        sparse_attn > 0.0 ? (dt[kStageAttention] + dt[kStageIndexer]) / sparse_attn : 0.0;
+    json::Json fid = json::Json::object();
+    fid["method"] =
+        "host fp64 dense softmax over every causal key for sampled rows (one sparse layer "
+        "per step, cycling; rows whose context exceeds topk_blocks * block_size), compared "
+        "with the sparse attention output of the same run";
     std::vector<double> err, mass;
     std::vector<int> layers;
     for (const auto& f : r.samples) {
@@ -246,29 +261,71 @@ json::Value build_report(const ReportContext& c, const RunResult& r, const RunRe
         layers.push_back(f.layer);
       }
     }
-    fid.set("rows_sampled", static_cast<int64_t>(r.samples.size()));
-    fid.set("layers_sampled", static_cast<int64_t>(layers.size()));
-    fid.set("rel_error", distribution(err));
-    fid.set("selected_mass", distribution(mass));
-    cmp.set("fidelity", std::move(fid));
-    rep.set("compare_dense", std::move(cmp));
+    fid["rows_sampled"] = static_cast<int64_t>(r.samples.size());
+    fid["layers_sampled"] = static_cast<int64_t>(layers.size());
+    fid["rel_error"] = distribution(err);
+    fid["selected_mass"] = distribution(mass);
+    json::Json samples = json::Json::array();
+    for (const auto& f : r.samples) {
+      json::Json o = json::Json::object();
+      o["layer"] = f.layer;
+      o["position"] = f.position;
+      o["rel_error"] = f.rel_error;
+      o["selected_mass"] = f.selected_mass;
+      samples.push_back(std::move(o));
+    }
+    fid["samples"] = std::move(samples);
+    cmp["fidelity"] = std::move(fid);
+    rep["compare_dense"] = std::move(cmp);
   }
   return rep;
 }
 
-std::string format_summary(const json::Value& rep) {
+// Why a --compare-dense run found sparse slower than dense. Sparse attention reads at most
+// topk_blocks * block_size keys a row; below that context it reads what dense reads and the
+// indexer is pure cost, and above it the indexer's O(context) scan costs less than the
+// attention it saves only from some context on (docs/engine.md: the measured crossover).
+std::string slower_note(const json::Json& rep, const json::Json& cmp) {
+  const json::Json& m = member(rep, "model");
+  const json::Json& st = member(member(rep, "summary"), "stage_ms");
+  const json::Json& dt = member(member(cmp, "dense"), "stage_ms");
+  int64_t context = 0;
+  const json::Json* steps = json::find(rep, "steps");
+  if (steps != nullptr && steps->is_array()) {
+    for (const json::Json& step : *steps) context = std::max(context, ival(step, "max_context"));
+  }
+  const int64_t keys = ival(m, "topk_blocks") * ival(m, "block_size");
+  const double indexer = num(st, "indexer_topk");
+  const double saved = num(dt, "attention") - num(st, "attention");
   std::ostringstream os;
-  const json::Value& m = member(rep, "model");
-  const json::Value& w = member(rep, "workload");
-  const json::Value& s = member(rep, "summary");
-  const json::Value& lat = member(s, "step_latency_ms");
-  const json::Value& kv = member(s, "kv_cache");
-  os << "msa run: " << member(m, "preset").as_string() << ", " << ival(m, "layers") << " layers ("
+  os << "  why slower  ";
+  if (indexer >= saved) {
+    os << "short contexts: the indexer+top-k (" << fmt("%.0f ms", indexer)
+       << ") costs more than the attention it saves (" << fmt("%.0f ms", saved) << ");\n"
+       << "              top-k keeps " << keys << " keys a row and contexts here reach " << context
+       << " tokens; sparse gains with longer contexts (docs/engine.md)\n";
+  } else {
+    os << "the indexer+top-k (" << fmt("%.0f ms", indexer)
+       << ") costs less than the attention it saves (" << fmt("%.0f ms", saved) << "), but\n"
+       << "              the sparse layers' other work (index-key inserts) and timing noise "
+          "outweigh the gain\n";
+  }
+  return os.str();
+}
+
+std::string format_summary(const json::Json& rep) {
+  std::ostringstream os;
+  const json::Json& m = member(rep, "model");
+  const json::Json& w = member(rep, "workload");
+  const json::Json& s = member(rep, "summary");
+  const json::Json& lat = member(s, "step_latency_ms");
+  const json::Json& kv = member(s, "kv_cache");
+  os << "msa run: " << str(m, "preset") << ", " << ival(m, "layers") << " layers ("
      << ival(m, "dense_layers") << " dense, " << ival(m, "sparse_layers") << " sparse, "
      << ival(m, "topk_compute_layers") << " computing top-k), " << ival(m, "q_heads") << "q/"
-     << ival(m, "kv_heads") << "kv heads, KV " << member(m, "kv_dtype").as_string() << ", index "
-     << member(m, "index_dtype").as_string() << ", backend " << member(rep, "backend").as_string()
-     << " (" << member(rep, "device").as_string() << ")\n";
+     << ival(m, "kv_heads") << "kv heads, KV " << str(m, "kv_dtype") << ", index "
+     << str(m, "index_dtype") << ", backend " << str(rep, "backend") << " (" << str(rep, "device")
+     << ")" << (flag(member(rep, "engine"), "batch_invariant") ? ", batch-invariant" : "") << "\n";
   os << "  workload    " << ival(w, "requests") << " requests, " << ival(w, "prompt_tokens")
      << " prompt + " << ival(w, "output_tokens") << " output tokens\n";
   os << "  time        " << fmt("%.2f s", num(s, "wall_s")) << " (" << ival(s, "steps")
@@ -278,9 +335,10 @@ std::string format_summary(const json::Value& rep) {
      << fmt("%.1f processed tokens/s\n", num(s, "processed_tokens_per_s"));
   os << "  step        p50 " << fmt("%.2f", num(lat, "p50")) << " ms, p90 "
      << fmt("%.2f", num(lat, "p90")) << " ms, p99 " << fmt("%.2f", num(lat, "p99")) << " ms\n";
-  const json::Value& stages = member(s, "stage_ms");
+  const json::Json& stages = member(s, "stage_ms");
   double total = 0.0;
-  for (const auto& kvp : stages.members()) total += kvp.second.as_number();
+  for (const auto& kvp : stages.items())
+    total += kvp.value().is_number() ? kvp.value().get<double>() : 0.0;
   os << "  stages      ";
   static const char* const kLabels[][2] = {{"insert", "insert (fused norm/rope/KV insert)"},
                                            {"indexer_topk", "indexer+top-k (one op)"},
@@ -299,20 +357,21 @@ std::string format_summary(const json::Value& rep) {
   os << "  KV cache    peak " << ival(kv, "peak_blocks") << " / " << ival(kv, "pool_blocks")
      << fmt(" blocks (%.0f%%)", 100.0 * num(kv, "peak_fraction")) << ", preemptions "
      << ival(s, "preemptions") << " (" << ival(s, "recomputed_tokens") << " tokens recomputed)\n";
-  const json::Value& spec = member(s, "speculative");
+  const json::Json& spec = member(s, "speculative");
   if (num(spec, "draft_tokens_proposed") > 0) {
     os << "  speculative " << ival(spec, "draft_tokens_accepted") << " / "
        << ival(spec, "draft_tokens_proposed")
        << fmt(" drafts accepted (%.2f)\n", num(spec, "acceptance_rate"));
   }
-  const json::Value* cmp = rep.find("compare_dense");
+  const json::Json* cmp = json::find(rep, "compare_dense");
   if (cmp != nullptr) {
-    const json::Value& fid = member(*cmp, "fidelity");
-    const json::Value& err = member(fid, "rel_error");
-    const json::Value& mass = member(fid, "selected_mass");
+    const json::Json& fid = member(*cmp, "fidelity");
+    const json::Json& err = member(fid, "rel_error");
+    const json::Json& mass = member(fid, "selected_mass");
     os << "  vs dense    speed-up (dense time / sparse time) "
        << fmt("%.2fx per step, ", num(*cmp, "speedup"))
        << fmt("%.2fx in attention (sparse: attention + indexer)\n", num(*cmp, "attention_speedup"));
+    if (num(*cmp, "speedup") < 1.0) os << slower_note(rep, *cmp);
     if (num(fid, "rows_sampled") > 0) {
       os << "  fidelity    " << ival(fid, "rows_sampled") << " rows: rel. error p50 "
          << fmt("%.2e", num(err, "p50")) << ", p90 " << fmt("%.2e", num(err, "p90")) << ", p99 "
@@ -327,202 +386,53 @@ std::string format_summary(const json::Value& rep) {
 
 namespace {
 
-// Round tick step (1, 2 or 5 times a power of ten) giving about `n` intervals.
-double nice_step(double range, int n) {
-  if (!(range > 0.0)) return 1.0;
-  const double raw = range / n;
-  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
-  const double r = raw / mag;
-  return (r < 1.5 ? 1.0 : r < 3.5 ? 2.0 : r < 7.5 ? 5.0 : 10.0) * mag;
-}
-
-std::string esc(const std::string& t) {
-  std::string o;
-  for (char ch : t) {
-    if (ch == '<')
-      o += "&lt;";
-    else if (ch == '>')
-      o += "&gt;";
-    else if (ch == '&')
-      o += "&amp;";
-    else
-      o += ch;
-  }
-  return o;
-}
-
-std::string text(double x, double y, const std::string& t, const char* anchor = "middle",
-                 int size = 12, const std::string& extra = "") {
-  std::ostringstream os;
-  os << "<text x=\"" << fmt("%.1f", x) << "\" y=\"" << fmt("%.1f", y) << "\" text-anchor=\""
-     << anchor << "\" font-size=\"" << size << "\"" << extra << ">" << esc(t) << "</text>\n";
-  return os.str();
-}
-
-std::string tick_label(double v) {
-  if (v == 0.0) return "0";
-  if (std::fabs(v) >= 1000.0) return fmt("%.0f", v);
-  if (std::fabs(v) >= 10.0) return fmt("%.0f", v);
-  if (std::fabs(v) >= 1.0) return fmt("%.1f", v);
-  return fmt("%.2g", v);
-}
-
-}  // namespace
-
-Status render_plot_svg(const json::Value& rep, std::string* svg) {
-  const json::Value* steps = rep.find("steps");
-  const json::Value* summary = rep.find("summary");
-  if (steps == nullptr || !steps->is_array() || summary == nullptr) {
-    return Status(StatusCode::kParseError,
-                  "report: expected an msa run report with 'steps' and 'summary'");
-  }
-  const double W = 1000, H = 460;
-  std::ostringstream os;
-  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
-     << "\" viewBox=\"0 0 " << W << " " << H << "\" font-family=\"sans-serif\">\n";
-  os << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  const json::Value& m = member(rep, "model");
-  os << text(W / 2, 24,
-             "msa run: " + member(m, "preset").as_string() + " on " +
-                 member(rep, "backend").as_string() + " (" + member(rep, "device").as_string() +
-                 ")",
-             "middle", 15, " font-weight=\"bold\"");
-
-  // Panel 1: step latency against the largest context in the step.
-  const double x0 = 70, y0 = 390, pw = 470, ph = 320;
-  double xmax = 1, ymax = 1e-3;
-  for (const auto& st : steps->items()) {
-    xmax = std::max(xmax, num(st, "max_context"));
-    ymax = std::max(ymax, num(st, "latency_ms"));
-  }
-  const double xs = nice_step(xmax, 5), ys = nice_step(ymax, 5);
-  xmax = std::ceil(xmax / xs) * xs;
-  ymax = std::ceil(ymax / ys) * ys;
-  os << "<g stroke=\"#ccc\" stroke-width=\"1\">\n";
-  for (double v = 0; v <= xmax + xs / 2; v += xs) {
-    const double x = x0 + pw * v / xmax;
-    os << "<line x1=\"" << fmt("%.1f", x) << "\" y1=\"" << y0 << "\" x2=\"" << fmt("%.1f", x)
-       << "\" y2=\"" << y0 - ph << "\"/>\n";
-  }
-  for (double v = 0; v <= ymax + ys / 2; v += ys) {
-    const double y = y0 - ph * v / ymax;
-    os << "<line x1=\"" << x0 << "\" y1=\"" << fmt("%.1f", y) << "\" x2=\"" << x0 + pw << "\" y2=\""
-       << fmt("%.1f", y) << "\"/>\n";
-  }
-  os << "</g>\n";
-  for (double v = 0; v <= xmax + xs / 2; v += xs) {
-    os << text(x0 + pw * v / xmax, y0 + 16, tick_label(v));
-  }
-  for (double v = 0; v <= ymax + ys / 2; v += ys) {
-    os << text(x0 - 6, y0 - ph * v / ymax + 4, tick_label(v), "end");
-  }
-  os << "<rect x=\"" << x0 << "\" y=\"" << y0 - ph << "\" width=\"" << pw << "\" height=\"" << ph
-     << "\" fill=\"none\" stroke=\"black\"/>\n";
-  for (const auto& st : steps->items()) {
-    const bool prefill = num(st, "prefill_tokens") > 0;
-    os << "<circle cx=\"" << fmt("%.1f", x0 + pw * num(st, "max_context") / xmax) << "\" cy=\""
-       << fmt("%.1f", y0 - ph * num(st, "latency_ms") / ymax) << "\" r=\"2.5\" fill=\""
-       << (prefill ? "#e6550d" : "#3182bd") << "\" fill-opacity=\"0.7\"/>\n";
-  }
-  os << text(x0 + pw / 2, y0 + 36, "largest context in the step (tokens)");
-  os << text(18, y0 - ph / 2, "step latency (ms)", "middle", 12,
-             " transform=\"rotate(-90 18 " + fmt("%.1f", y0 - ph / 2) + ")\"");
-  os << text(x0 + pw / 2, y0 - ph - 10, "Step latency vs context", "middle", 13,
-             " font-weight=\"bold\"");
-  os << "<circle cx=\"" << x0 + 12 << "\" cy=\"" << y0 - ph + 14
-     << "\" r=\"4\" fill=\"#3182bd\"/>\n"
-     << text(x0 + 20, y0 - ph + 18, "decode only", "start", 11);
-  os << "<circle cx=\"" << x0 + 12 << "\" cy=\"" << y0 - ph + 30
-     << "\" r=\"4\" fill=\"#e6550d\"/>\n"
-     << text(x0 + 20, y0 - ph + 34, "with prefill", "start", 11);
-
-  // Panel 2: total time per stage (horizontal bars).
-  const json::Value& stages = member(*summary, "stage_ms");
-  const double bx0 = 690, bw = 270;
-  double smax = 1e-3, total = 0.0;
-  for (const auto& kv : stages.members()) {
-    smax = std::max(smax, kv.second.as_number());
-    total += kv.second.as_number();
-  }
-  const double ss = nice_step(smax, 4);
-  smax = std::ceil(smax / ss) * ss;
-  const size_t n = stages.members().size();
-  const double bar_h = n > 0 ? ph / static_cast<double>(n) : ph;
-  os << text(bx0 + bw / 2, y0 - ph - 10, "Time per stage (whole run)", "middle", 13,
-             " font-weight=\"bold\"");
-  for (double v = 0; v <= smax + ss / 2; v += ss) {
-    const double x = bx0 + bw * v / smax;
-    os << "<line x1=\"" << fmt("%.1f", x) << "\" y1=\"" << y0 << "\" x2=\"" << fmt("%.1f", x)
-       << "\" y2=\"" << y0 - ph << "\" stroke=\"#ccc\"/>\n";
-    os << text(x, y0 + 16, tick_label(v));
-  }
-  size_t i = 0;
-  for (const auto& kv : stages.members()) {
-    const double v = kv.second.as_number();
-    const double y = y0 - ph + bar_h * static_cast<double>(i) + bar_h * 0.2;
-    os << "<rect x=\"" << bx0 << "\" y=\"" << fmt("%.1f", y) << "\" width=\""
-       << fmt("%.1f", bw * v / smax) << "\" height=\"" << fmt("%.1f", bar_h * 0.6)
-       << "\" fill=\"#756bb1\"/>\n";
-    os << text(bx0 - 6, y + bar_h * 0.3 + 4, kv.first, "end", 11);
-    os << text(bx0 + bw * v / smax + 4, y + bar_h * 0.3 + 4,
-               fmt("%.0f%%", total > 0 ? 100.0 * v / total : 0.0), "start", 10);
-    ++i;
-  }
-  os << "<rect x=\"" << bx0 << "\" y=\"" << y0 - ph << "\" width=\"" << bw << "\" height=\"" << ph
-     << "\" fill=\"none\" stroke=\"black\"/>\n";
-  os << text(bx0 + bw / 2, y0 + 36, "milliseconds");
-  os << "</svg>\n";
-  *svg = os.str();
-  return Status::Ok();
-}
-
-namespace {
-
 // Field checks of validate_report: `where` is the dotted path of `obj`.
 class ReportShape {
  public:
   Status status() const { return status_; }
 
-  const json::Value& object(const json::Value& parent, const std::string& where,
-                            const std::string& key) {
-    const json::Value* v = field(parent, where, key);
+  const json::Json& object(const json::Json& parent, const std::string& where,
+                           const std::string& key) {
+    const json::Json* v = field(parent, where, key);
     if (v != nullptr && !v->is_object()) fail(where, key, "an object");
     return v != nullptr && v->is_object() ? *v : null_;
   }
-  const json::Value* array(const json::Value& parent, const std::string& where,
-                           const std::string& key) {
-    const json::Value* v = field(parent, where, key);
+  const json::Json* array(const json::Json& parent, const std::string& where,
+                          const std::string& key) {
+    const json::Json* v = field(parent, where, key);
     if (v != nullptr && !v->is_array()) fail(where, key, "an array");
     return v != nullptr && v->is_array() ? v : nullptr;
   }
-  void string(const json::Value& parent, const std::string& where, const std::string& key) {
-    const json::Value* v = field(parent, where, key);
+  void string(const json::Json& parent, const std::string& where, const std::string& key) {
+    const json::Json* v = field(parent, where, key);
     if (v != nullptr && !v->is_string()) fail(where, key, "a string");
   }
   // Numbers the report writes may be null (NaN and infinities print as null).
-  void number(const json::Value& parent, const std::string& where, const std::string& key) {
-    const json::Value* v = field(parent, where, key);
+  void number(const json::Json& parent, const std::string& where, const std::string& key) {
+    const json::Json* v = field(parent, where, key);
     if (v != nullptr && !v->is_number() && !v->is_null()) fail(where, key, "a number");
   }
-  void integer(const json::Value& parent, const std::string& where, const std::string& key) {
-    const json::Value* v = field(parent, where, key);
-    if (v != nullptr && !v->is_integer()) fail(where, key, "an integer");
+  void integer(const json::Json& parent, const std::string& where, const std::string& key) {
+    const json::Json* v = field(parent, where, key);
+    int64_t i = 0;
+    if (v != nullptr && !json::exact_int(*v, &i)) fail(where, key, "an integer");
   }
   // A distribution(): count, and p50..mean when count > 0.
-  void distribution(const json::Value& parent, const std::string& where, const std::string& key) {
-    const json::Value& d = object(parent, where, key);
+  void distribution(const json::Json& parent, const std::string& where, const std::string& key) {
+    const json::Json& d = object(parent, where, key);
     const std::string at = where + "." + key;
     integer(d, at, "count");
-    const json::Value* count = d.find("count");
-    if (count == nullptr || count->as_int() == 0) return;
+    const json::Json* count = json::find(d, "count");
+    int64_t n = 0;
+    if (count == nullptr || !json::exact_int(*count, &n) || n == 0) return;
     for (const char* k : {"p50", "p90", "p99", "min", "max", "mean"}) number(d, at, k);
   }
 
  private:
-  const json::Value* field(const json::Value& parent, const std::string& where,
-                           const std::string& key) {
+  const json::Json* field(const json::Json& parent, const std::string& where,
+                          const std::string& key) {
     if (!status_.ok()) return nullptr;
-    const json::Value* v = parent.find(key);
+    const json::Json* v = json::find(parent, key);
     if (v == nullptr) {
       status_ = Status(StatusCode::kParseError,
                        "not an msa run report: '" + where + "." + key + "' is missing");
@@ -537,7 +447,7 @@ class ReportShape {
   }
 
   Status status_;
-  json::Value null_;
+  json::Json null_;
 };
 
 Status io_error(const std::string& msg) { return Status(StatusCode::kIoError, msg); }
@@ -582,12 +492,13 @@ Status create_temporary(const std::string& path, int* fd, std::string* tmp) {
 
 }  // namespace
 
-Status validate_report(const json::Value& rep) {
+Status validate_report(const json::Json& rep) {
   if (!rep.is_object()) {
     return Status(StatusCode::kParseError, "not an msa run report: the top level is no object");
   }
-  const json::Value* schema = rep.find("schema");
-  if (schema == nullptr || !schema->is_string() || schema->as_string() != "msa-run-report/1") {
+  const json::Json* schema = json::find(rep, "schema");
+  if (schema == nullptr || !schema->is_string() ||
+      schema->get<std::string>() != "msa-run-report/1") {
     return Status(StatusCode::kParseError,
                   "not an msa run report: 'schema' is not \"msa-run-report/1\"");
   }
@@ -595,7 +506,7 @@ Status validate_report(const json::Value& rep) {
   const std::string top = "report";
   r.string(rep, top, "backend");
   r.string(rep, top, "device");
-  const json::Value& m = r.object(rep, top, "model");
+  const json::Json& m = r.object(rep, top, "model");
   r.string(m, "model", "preset");
   for (const char* k :
        {"layers", "dense_layers", "sparse_layers", "topk_compute_layers", "q_heads", "kv_heads"}) {
@@ -603,26 +514,26 @@ Status validate_report(const json::Value& rep) {
   }
   r.string(m, "model", "kv_dtype");
   r.string(m, "model", "index_dtype");
-  const json::Value& w = r.object(rep, top, "workload");
+  const json::Json& w = r.object(rep, top, "workload");
   for (const char* k : {"requests", "prompt_tokens", "output_tokens"}) r.integer(w, "workload", k);
-  const json::Value& sum = r.object(rep, top, "summary");
+  const json::Json& sum = r.object(rep, top, "summary");
   for (const char* k :
        {"wall_s", "requests_per_s", "output_tokens_per_s", "processed_tokens_per_s"}) {
     r.number(sum, "summary", k);
   }
   for (const char* k : {"steps", "preemptions", "recomputed_tokens"}) r.integer(sum, "summary", k);
   r.distribution(sum, "summary", "step_latency_ms");
-  const json::Value& stages = r.object(sum, "summary", "stage_ms");
-  for (const auto& kv : stages.members()) r.number(stages, "summary.stage_ms", kv.first);
-  const json::Value& kv = r.object(sum, "summary", "kv_cache");
+  const json::Json& stages = r.object(sum, "summary", "stage_ms");
+  for (const auto& kv : stages.items()) r.number(stages, "summary.stage_ms", kv.key());
+  const json::Json& kv = r.object(sum, "summary", "kv_cache");
   r.integer(kv, "summary.kv_cache", "peak_blocks");
   r.integer(kv, "summary.kv_cache", "pool_blocks");
   r.number(kv, "summary.kv_cache", "peak_fraction");
-  const json::Value& spec = r.object(sum, "summary", "speculative");
+  const json::Json& spec = r.object(sum, "summary", "speculative");
   r.integer(spec, "summary.speculative", "draft_tokens_proposed");
   r.integer(spec, "summary.speculative", "draft_tokens_accepted");
   r.number(spec, "summary.speculative", "acceptance_rate");
-  const json::Value* steps = r.array(rep, top, "steps");
+  const json::Json* steps = r.array(rep, top, "steps");
   if (steps != nullptr) {
     for (size_t i = 0; i < steps->size(); ++i) {
       const std::string at = "steps." + std::to_string(i);
@@ -634,11 +545,11 @@ Status validate_report(const json::Value& rep) {
       }
     }
   }
-  if (rep.find("compare_dense") != nullptr) {
-    const json::Value& cmp = r.object(rep, top, "compare_dense");
+  if (json::find(rep, "compare_dense") != nullptr) {
+    const json::Json& cmp = r.object(rep, top, "compare_dense");
     r.number(cmp, "compare_dense", "speedup");
     r.number(cmp, "compare_dense", "attention_speedup");
-    const json::Value& fid = r.object(cmp, "compare_dense", "fidelity");
+    const json::Json& fid = r.object(cmp, "compare_dense", "fidelity");
     r.integer(fid, "compare_dense.fidelity", "rows_sampled");
     r.distribution(fid, "compare_dense.fidelity", "rel_error");
     r.distribution(fid, "compare_dense.fidelity", "selected_mass");

@@ -1,5 +1,5 @@
-// The run report (JSON), the human-readable summary printed at the end of `msa run`, and the
-// SVG picture of `msa report --plot`. The summary and the plot are both made from the report,
+// The run report (JSON) and the human-readable summary printed at the end of `msa run`. The
+// summary, like the plots of `msa report --plot` (python/msa/plot.py), is made from the report,
 // so what is printed is what is saved.
 #pragma once
 
@@ -29,22 +29,20 @@ struct ReportContext {
   int kv_blocks = 0;
   int spec_tokens = 0;
   double spec_accept = 0.0;
+  bool batch_invariant = false;
   std::string workload_source;  // "uniform" or the trace path
   double arrival_rate = 0.0;
 };
 
 // `dense` is the --compare-dense baseline run (same workload, dense attention everywhere), or
 // nullptr.
-json::Value build_report(const ReportContext& ctx, const RunResult& run, const RunResult* dense);
+json::Json build_report(const ReportContext& ctx, const RunResult& run, const RunResult* dense);
 
-std::string format_summary(const json::Value& report);
-
-// Two panels: step latency against context length, and time per stage.
-Status render_plot_svg(const json::Value& report, std::string* svg);
+std::string format_summary(const json::Json& report);
 
 // kParseError naming the first missing or mistyped field unless `report` is an msa run report
-// (schema "msa-run-report/1") with every field format_summary and render_plot_svg read.
-Status validate_report(const json::Value& report);
+// (schema "msa-run-report/1") with every field format_summary reads.
+Status validate_report(const json::Json& report);
 
 // Checks that `path` can take an output file, before the work that produces it: not empty, not
 // an existing file other than a regular one (a symlink, device, FIFO or directory is refused,
@@ -58,7 +56,7 @@ Status write_file_atomic(const std::string& path, const std::string& text);
 Status read_file(const std::string& path, std::string* text);
 
 // p50 / p90 / p99 / min / max / mean (nearest rank) of a sample, as a JSON object.
-json::Value distribution(std::vector<double> values);
+json::Json distribution(std::vector<double> values);
 
 }  // namespace engine
 }  // namespace msa

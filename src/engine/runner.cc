@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "core/thread_pool.h"
@@ -164,8 +165,19 @@ struct ModelRunner::Impl {
     return Status::Ok();
   }
 
+  // Ops whose Args have batch_invariant (attention and index), counted by run_op.
+  template <typename Args, typename = void>
+  struct HasBatchInvariant : std::false_type {};
+  template <typename Args>
+  struct HasBatchInvariant<Args, std::void_t<decltype(Args::batch_invariant)>> : std::true_type {};
+  int invariant_op_calls = 0;
+  int variant_op_calls = 0;
+
   template <typename Args>
   Status run_op(const Args& args, int stage, const char* what) {
+    if constexpr (HasBatchInvariant<Args>::value) {
+      ++(args.batch_invariant ? invariant_op_calls : variant_op_calls);
+    }
     size_t bytes = 0;
     Status s = msa::workspace_size(args, &bytes);
     if (s.ok()) s = ensure_workspace(bytes);
@@ -476,6 +488,7 @@ Status ModelRunner::Impl::run_layer(int layer, const Batch& b, int64_t T,
     // (split-KV for a few rows per request, the tensor-core prefill kernel for long ones).
     if (nd > 0) {
       DenseAttentionArgs da;
+      da.batch_invariant = o.batch_invariant;
       da.softmax_scale = scale;
       da.q = q_out.slice(0, 0, ndt);
       da.kv_cache = L.kv;
@@ -487,6 +500,7 @@ Status ModelRunner::Impl::run_layer(int layer, const Batch& b, int64_t T,
     }
     if (np > 0) {
       DenseAttentionArgs da;
+      da.batch_invariant = o.batch_invariant;
       da.softmax_scale = scale;
       da.q = q_out.slice(0, ndt, npt);
       da.kv_cache = L.kv;
@@ -505,6 +519,7 @@ Status ModelRunner::Impl::run_layer(int layer, const Batch& b, int64_t T,
     if (L.kind == LayerKind::kSparseCompute) {
       if (nd > 0) {
         IndexTopkDecodeArgs ia;
+        ia.batch_invariant = o.batch_invariant;
         ia.params = params;
         ia.query_len = b.decode_query_len;
         ia.index_q = iq_out.slice(0, 0, ndt);
@@ -516,6 +531,7 @@ Status ModelRunner::Impl::run_layer(int layer, const Batch& b, int64_t T,
       }
       if (np > 0) {
         IndexTopkPrefillArgs ia;
+        ia.batch_invariant = o.batch_invariant;
         ia.params = params;
         ia.index_q = iq_out.slice(0, ndt, npt);
         ia.index_cache = L.index_cache;
@@ -528,6 +544,7 @@ Status ModelRunner::Impl::run_layer(int layer, const Batch& b, int64_t T,
     }
     if (nd > 0) {
       SparseAttentionDecodeArgs sa;
+      sa.batch_invariant = o.batch_invariant;
       sa.query_len = b.decode_query_len;
       sa.softmax_scale = scale;
       sa.q = q_out.slice(0, 0, ndt);
@@ -540,6 +557,7 @@ Status ModelRunner::Impl::run_layer(int layer, const Batch& b, int64_t T,
     }
     if (np > 0) {
       SparseAttentionPrefillArgs sa;
+      sa.batch_invariant = o.batch_invariant;
       sa.softmax_scale = scale;
       sa.q = q_out.slice(0, ndt, npt);
       sa.kv_cache = L.kv;
@@ -735,6 +753,8 @@ Status ModelRunner::execute(const Batch& b, StepOutput* out) {
   Impl& im = *impl_;
   int64_t T = 0;
   out->samples.clear();
+  im.invariant_op_calls = 0;
+  im.variant_op_calls = 0;
   ENGINE_RETURN_IF_ERROR(im.prepare_step(b, &T));
   for (int l = 0; l < static_cast<int>(im.layers.size()); ++l) {
     ENGINE_RETURN_IF_ERROR(im.run_layer(l, b, T, &out->samples));
@@ -747,6 +767,8 @@ Status ModelRunner::execute(const Batch& b, StepOutput* out) {
   }
   ENGINE_RETURN_IF_ERROR(im.mem.synchronize());
   out->digests = im.digests;
+  out->invariant_op_calls = im.invariant_op_calls;
+  out->variant_op_calls = im.variant_op_calls;
   return im.clock.collect(&out->stages);
 }
 

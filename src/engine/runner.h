@@ -30,6 +30,9 @@ struct RunnerOptions {
   int max_blocks_per_request = 0;  // block-table width
   int64_t max_position = 0;        // RoPE table rows (> every position)
   bool dense_everywhere = false;   // baseline for --compare-dense: dense attention everywhere
+  // Sets batch_invariant on every attention and index op, so that a request's outputs do not
+  // depend on the other requests of its steps (on CUDA; the CPU backend always is invariant).
+  bool batch_invariant = false;
   int fidelity_rows_per_step = 0;  // rows compared with host dense attention (0 = none)
 };
 
@@ -61,6 +64,9 @@ struct StepOutput {
   std::vector<uint64_t> digests;  // per row, every layer's output folded in
   StageTimes stages{};
   std::vector<FidelitySample> samples;
+  // Attention and index op calls of the step with batch_invariant set, and without it.
+  int invariant_op_calls = 0;
+  int variant_op_calls = 0;
 };
 
 class ModelRunner {

@@ -64,35 +64,36 @@ Status parse_trace(const std::string& text, std::vector<RequestSpec>* out) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = "trace line " + std::to_string(line_no) + ": ";
-    json::Value v;
+    json::Json v;
     Status s = json::parse(line, &v);
     if (!s.ok()) return Status(StatusCode::kParseError, where + s.message());
     if (!v.is_object()) return Status(StatusCode::kParseError, where + "expected an object");
     RequestSpec r;
     r.id = static_cast<int64_t>(reqs.size());
-    const json::Value* arrival = v.find("arrival_s");
-    const json::Value* prompt = v.find("prompt_tokens");
-    const json::Value* output = v.find("output_tokens");
-    if (arrival != nullptr) {
-      if (!arrival->is_number() || !(arrival->as_number() >= 0.0)) {
+    const auto arrival = v.find("arrival_s");
+    if (arrival != v.end()) {
+      if (!arrival->is_number() || !(arrival->get<double>() >= 0.0)) {
         return Status(StatusCode::kParseError, where + "arrival_s: expected a number >= 0");
       }
-      r.arrival_s = arrival->as_number();
+      r.arrival_s = arrival->get<double>();
     }
-    auto count = [](const json::Value* n) {
-      return n != nullptr && n->is_integer() && n->as_int() >= 1 &&
-             n->as_int() <= kMaxRequestTokens;
+    // A token count: an integer in [1, kMaxRequestTokens], or 0 when the key is absent or wrong.
+    auto count = [&](const char* key) -> int64_t {
+      const auto it = v.find(key);
+      int64_t n = 0;
+      if (it == v.end() || !json::exact_int(*it, &n) || n < 1 || n > kMaxRequestTokens) return 0;
+      return n;
     };
-    if (!count(prompt)) {
+    r.prompt_tokens = count("prompt_tokens");
+    r.output_tokens = count("output_tokens");
+    if (r.prompt_tokens == 0) {
       return Status(StatusCode::kParseError,
                     where + "prompt_tokens: expected an integer in [1, 2^31 - 1]");
     }
-    if (!count(output)) {
+    if (r.output_tokens == 0) {
       return Status(StatusCode::kParseError,
                     where + "output_tokens: expected an integer in [1, 2^31 - 1]");
     }
-    r.prompt_tokens = prompt->as_int();
-    r.output_tokens = output->as_int();
     reqs.push_back(r);
   }
   if (reqs.empty()) return Status(StatusCode::kParseError, "trace: no requests");

@@ -1,10 +1,12 @@
 # Runs the msa program once and checks its exit status, output, files and report fields.
 # Variables: MSA (program), ARGS ('|'-separated), RC, STDOUT_RE, STDERR_RE, FILE (must exist,
 # and be fresh), NO_FILE (must not exist, nor any temporary file beside it), JSON_KEYS
-# ('|'-separated dotted paths that must exist in FILE; numeric components index arrays),
+# ('|'-separated dotted paths that must exist in FILE; numeric components index arrays; a
+# path=value must have that value, booleans reading ON or OFF),
 # LIMIT_KB (when set, the program's address space is limited to that many KiB, so a run that
 # allocates before it validates fails), LINK (a symbolic link created before the run, to a file
-# LINK.target; both must be unchanged after it).
+# LINK.target; both must be unchanged after it), ENV ('|'-separated NAME=value settings of the
+# program's environment).
 string(REPLACE "|" ";" args "${ARGS}")
 if(FILE)
   file(REMOVE "${FILE}")
@@ -17,6 +19,10 @@ endif()
 set(command ${MSA} ${args})
 if(LIMIT_KB)
   set(command sh -c "ulimit -v ${LIMIT_KB} && exec \"$0\" \"$@\"" ${MSA} ${args})
+endif()
+if(ENV)
+  string(REPLACE "|" ";" env "${ENV}")
+  set(command ${CMAKE_COMMAND} -E env ${env} ${command})
 endif()
 execute_process(COMMAND ${command} RESULT_VARIABLE rc OUTPUT_VARIABLE out
   ERROR_VARIABLE err)
@@ -54,15 +60,20 @@ if(FILE)
     message(FATAL_ERROR "temporary files left behind: ${leftovers}")
   endif()
   file(READ "${FILE}" content)
-  if(FILE MATCHES "\\.svg$" AND NOT content MATCHES "^<svg .*</svg>")
-    message(FATAL_ERROR "'${FILE}' is not an SVG document")
-  endif()
   string(REPLACE "|" ";" keys "${JSON_KEYS}")
   foreach(key IN LISTS keys)
+    set(want "")
+    if(key MATCHES "^([^=]+)=(.*)$")
+      set(key "${CMAKE_MATCH_1}")
+      set(want "${CMAKE_MATCH_2}")
+    endif()
     string(REPLACE "." ";" path "${key}")
     string(JSON value ERROR_VARIABLE json_err GET "${content}" ${path})
     if(json_err)
       message(FATAL_ERROR "'${FILE}': field '${key}' missing: ${json_err}")
+    endif()
+    if(NOT want STREQUAL "" AND NOT value STREQUAL want)
+      message(FATAL_ERROR "'${FILE}': field '${key}' is '${value}', expected '${want}'")
     endif()
   endforeach()
 endif()

@@ -138,6 +138,54 @@ TEST(Engine, DenseBaselineRunsNoIndexer) {
   for (const auto& s : r.steps) EXPECT_EQ(s.stages[kStageIndexer], 0.0);
 }
 
+// The setting reaches every attention and index op call; on the CPU backend (always batch
+// invariant) the outputs are those of a run without it.
+TEST(Engine, BatchInvariantReachesEveryAttentionAndIndexOp) {
+  const auto reqs = small_workload(3);
+  const RunResult plain = run(small_engine(reqs), reqs);
+  EXPECT_EQ(plain.invariant_op_calls, 0);
+  EXPECT_GT(plain.variant_op_calls, 0);
+  EngineOptions o = small_engine(reqs);
+  o.runner.batch_invariant = true;
+  const RunResult inv = run(o, reqs);
+  EXPECT_EQ(inv.variant_op_calls, 0);
+  EXPECT_EQ(inv.invariant_op_calls, plain.variant_op_calls);
+  EXPECT_EQ(checksums(inv), checksums(plain));
+  // The dense baseline's attention calls too.
+  o.runner.dense_everywhere = true;
+  const RunResult dense = run(o, reqs);
+  EXPECT_EQ(dense.variant_op_calls, 0);
+  EXPECT_GT(dense.invariant_op_calls, 0);
+}
+
+// A prefill chunked over several steps moves the prompt-token count before any request
+// finishes or any output token is produced; at the end every token is counted.
+TEST(Engine, ProgressCountsPrefillTokens) {
+  std::vector<RequestSpec> reqs(1);
+  reqs[0].prompt_tokens = 200;
+  reqs[0].output_tokens = 3;
+  EngineOptions o = small_engine(reqs);
+  o.scheduler.max_batch_tokens = 64;
+  std::vector<Progress> seen;
+  RunResult r;
+  ASSERT_TRUE(run_engine(
+                  o, reqs, [&](const Progress& p) { seen.push_back(p); }, &r)
+                  .ok());
+  ASSERT_GE(seen.size(), 4u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(seen[static_cast<size_t>(i)].prompt_tokens, 64 * (i + 1));
+    EXPECT_EQ(seen[static_cast<size_t>(i)].finished, 0);
+    EXPECT_EQ(seen[static_cast<size_t>(i)].output_tokens, 0);
+  }
+  for (const Progress& p : seen) {
+    EXPECT_EQ(p.prompt_total, 200);
+    EXPECT_EQ(p.output_total, 3);
+  }
+  EXPECT_EQ(seen.back().prompt_tokens, 200);
+  EXPECT_EQ(seen.back().output_tokens, 3);
+  EXPECT_EQ(seen.back().finished, 1);
+}
+
 long peak_rss_kb() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);

@@ -100,8 +100,8 @@ TEST(ReportFiles, SymlinksAreNeverReplacedOrFollowed) {
   EXPECT_EQ(others(d, "r.json", "target"), "link\nr.json.tmp\n") << "temporary file left";
 }
 
-json::Value parsed(const std::string& text) {
-  json::Value v;
+json::Json parsed(const std::string& text) {
+  json::Json v;
   EXPECT_TRUE(json::parse(text, &v).ok()) << text;
   return v;
 }
@@ -118,6 +118,52 @@ TEST(ReportFiles, ValidateReportNamesTheFirstBadField) {
       parsed(R"({"schema": "msa-run-report/1", "backend": "cpu", "device": "x", "model": []})"));
   EXPECT_NE(bad_type.message().find("'report.model' is not an object"), std::string::npos)
       << bad_type.to_string();
+}
+
+// A run of one step whose stages took `indexer_ms`, `attention_ms` and `insert_ms`, reaching
+// `context`.
+RunResult one_step_run(double indexer_ms, double attention_ms, int64_t context,
+                       double insert_ms = 0.0) {
+  RunResult r;
+  StepRecord step;
+  step.max_context = context;
+  step.stages[kStageIndexer] = indexer_ms;
+  step.stages[kStageAttention] = attention_ms;
+  step.stages[kStageInsert] = insert_ms;
+  step.latency_ms = indexer_ms + attention_ms + insert_ms;
+  r.steps.push_back(step);
+  r.busy_s = r.wall_s = step.latency_ms / 1e3;
+  r.requests.resize(1);
+  return r;
+}
+
+std::string compare_summary(const RunResult& sparse, const RunResult& dense) {
+  ReportContext ctx;
+  ctx.model = ModelConfig::minimax_m3();  // top-16 blocks of 128: 2048 keys a row
+  return format_summary(build_report(ctx, sparse, &dense));
+}
+
+// When sparse is slower than dense the summary says why: at short contexts the indexer costs
+// more than the attention it saves.
+TEST(ReportSummary, SaysWhySparseWasSlower) {
+  const std::string slower =
+      compare_summary(one_step_run(300.0, 800.0, 3000), one_step_run(0.0, 1000.0, 3000));
+  EXPECT_NE(slower.find("why slower  short contexts: the indexer+top-k (300 ms) costs more than "
+                        "the attention it saves (200 ms)"),
+            std::string::npos)
+      << slower;
+  EXPECT_NE(slower.find("top-k keeps 2048 keys a row and contexts here reach 3000 tokens"),
+            std::string::npos)
+      << slower;
+  const std::string other =
+      compare_summary(one_step_run(100.0, 500.0, 3000, 400.0), one_step_run(0.0, 850.0, 3000));
+  EXPECT_NE(other.find("why slower  the indexer+top-k (100 ms) costs less than the attention it "
+                       "saves (350 ms)"),
+            std::string::npos)
+      << other;
+  const std::string faster =
+      compare_summary(one_step_run(100.0, 300.0, 30000), one_step_run(0.0, 1000.0, 30000));
+  EXPECT_EQ(faster.find("why slower"), std::string::npos) << faster;
 }
 
 }  // namespace

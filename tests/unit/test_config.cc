@@ -192,9 +192,19 @@ TEST(HfConfig, Errors) {
   EXPECT_EQ(s.code(), StatusCode::kParseError);
   EXPECT_NE(s.message().find("line 2"), std::string::npos) << s.message();
 
-  s = parse_hf_config(R"({"text_config": {"num_attention_heads": "64"}})", &c);
+  // A value of the wrong type: the key, its line, what was expected and what was found.
+  s = parse_hf_config(
+      "{\"text_config\": {\n  \"hidden_size\": 6144,\n  \"num_attention_heads\": \"64\"}}", &c);
   EXPECT_EQ(s.code(), StatusCode::kParseError);
-  EXPECT_NE(s.message().find("num_attention_heads"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message(),
+            "config key 'num_attention_heads' (line 3): expected an integer in the 32-bit range, "
+            "got a string");
+  s = parse_hf_config("{\"head_dim\": 128,\n\"sparse_attention_freq\": [0, 1, 2]}", &c);
+  EXPECT_EQ(s.message(),
+            "config key 'sparse_attention_freq' (line 2): element 2 must be 0 or 1, got 2");
+  // Keys of text_config are found there, not at the top level with the same name.
+  s = parse_hf_config("{\"rope_theta\": 1,\n \"text_config\": {\n\n \"rope_theta\": \"x\"}}", &c);
+  EXPECT_EQ(s.message(), "config key 'rope_theta' (line 4): expected a number, got a string");
   for (const char* bad :
        {R"({"head_dim": 1.5})", R"({"use_index_cache": 1})", R"({"rope_theta": "5e6"})",
         R"({"sparse_attention_freq": [0, 2]})", R"({"sparse_attention_freq": 1})",
