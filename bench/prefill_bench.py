@@ -406,6 +406,45 @@ def fmt(x: Optional[float], nd: int = 0) -> str:
     return "-" if x is None else f"{x:.{nd}f}"
 
 
+def write_tables(rows: list, env: dict, ceilings: dict, out: str) -> tuple:
+    """Writes prefill.json and prefill.md for the rows so far; returns the ceilings line and the
+    table's lines."""
+    def best_sdpa(r: dict) -> Optional[float]:
+        v = [r[k]["tflops"] for k in ("sdpa_flash", "sdpa_cudnn") if r.get(k)]
+        return max(v) if v else None
+
+    head = ("| dtype | case | check | insert us | index us | index TF/s | index prev TF/s | "
+            "sparse us | sparse TF/s | sparse prev TF/s | union/8 tok | dense us | dense TF/s | "
+            "dense prev TF/s | "
+            "SDPA flash TF/s | SDPA cuDNN TF/s | dense / best SDPA |")
+    lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
+    for r in rows:
+        def tf(st: str, prev: bool = False) -> Optional[float]:
+            x = r.get(st)
+            if x and prev:
+                x = x.get("prev")
+            return x["tflops"] if x else None
+        sd = best_sdpa(r)
+        ratio = None if sd is None else tf("dense") / sd
+        lines.append("| " + " | ".join([
+            r["dtype"], r["case"], "ok" if r["check"]["ok"] else "FAIL",
+            fmt(r["insert"]["median_us"]), fmt(r["index"]["median_us"]), fmt(tf("index")),
+            fmt(tf("index", True)), fmt(r["sparse"]["median_us"]), fmt(tf("sparse")),
+            fmt(tf("sparse", True)), fmt(r["union8"]), fmt(r["dense"]["median_us"]),
+            fmt(tf("dense")),
+            fmt(tf("dense", True)), fmt(tf("sdpa_flash")), fmt(tf("sdpa_cudnn")),
+            fmt(ratio, 2)]) + " |")
+    ceil_line = ("Ceilings on this card (TFLOP/s): " +
+                 ", ".join(f"{k} matmul {v['tflops']:.0f}" for k, v in ceilings.items()))
+    md = "\n".join([f"# prefill_bench at {env['commit']} on {env['gpu']} ({env['date']})", "",
+                    f"Command: `{env['command']}`", "", ceil_line, ""] + lines) + "\n"
+    with open(os.path.join(out, "prefill.json"), "w") as f:
+        json.dump({"env": env, "ceilings": ceilings, "rows": rows}, f, indent=1)
+    with open(os.path.join(out, "prefill.md"), "w") as f:
+        f.write(md)
+    return ceil_line, lines
+
+
 def main(argv: Optional[list] = None) -> int:
     args = parse_args(argv)
     import msa
@@ -462,40 +501,9 @@ def main(argv: Optional[list] = None) -> int:
                 f"{st} {row[st]['median_us']:.0f} us" for st in stages) + f" ({time.time() - t0:.0f} s)")
             del c
             torch.cuda.empty_cache()
+            write_tables(rows, env, ceilings, args.out)  # a run cut short keeps its rows
 
-    def best_sdpa(r: dict) -> Optional[float]:
-        v = [r[k]["tflops"] for k in ("sdpa_flash", "sdpa_cudnn") if r.get(k)]
-        return max(v) if v else None
-
-    head = ("| dtype | case | check | insert us | index us | index TF/s | index prev TF/s | "
-            "sparse us | sparse TF/s | sparse prev TF/s | union/8 tok | dense us | dense TF/s | "
-            "dense prev TF/s | "
-            "SDPA flash TF/s | SDPA cuDNN TF/s | dense / best SDPA |")
-    lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
-    for r in rows:
-        def tf(st: str, prev: bool = False) -> Optional[float]:
-            x = r.get(st)
-            if x and prev:
-                x = x.get("prev")
-            return x["tflops"] if x else None
-        sd = best_sdpa(r)
-        ratio = None if sd is None else tf("dense") / sd
-        lines.append("| " + " | ".join([
-            r["dtype"], r["case"], "ok" if r["check"]["ok"] else "FAIL",
-            fmt(r["insert"]["median_us"]), fmt(r["index"]["median_us"]), fmt(tf("index")),
-            fmt(tf("index", True)), fmt(r["sparse"]["median_us"]), fmt(tf("sparse")),
-            fmt(tf("sparse", True)), fmt(r["union8"]), fmt(r["dense"]["median_us"]),
-            fmt(tf("dense")),
-            fmt(tf("dense", True)), fmt(tf("sdpa_flash")), fmt(tf("sdpa_cudnn")),
-            fmt(ratio, 2)]) + " |")
-    ceil_line = ("Ceilings on this card (TFLOP/s): " +
-                 ", ".join(f"{k} matmul {v['tflops']:.0f}" for k, v in ceilings.items()))
-    md = "\n".join([f"# prefill_bench at {env['commit']} on {env['gpu']} ({env['date']})", "",
-                    f"Command: `{env['command']}`", "", ceil_line, ""] + lines) + "\n"
-    with open(os.path.join(args.out, "prefill.json"), "w") as f:
-        json.dump({"env": env, "ceilings": ceilings, "rows": rows}, f, indent=1)
-    with open(os.path.join(args.out, "prefill.md"), "w") as f:
-        f.write(md)
+    ceil_line, lines = write_tables(rows, env, ceilings, args.out)
     log("")
     log(ceil_line)
     log("\n".join(lines))
