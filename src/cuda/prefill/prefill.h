@@ -20,10 +20,10 @@ namespace prefill {
 bool device_is_sm90();
 
 // Whether calls may take the tensor-core prefill kernels, from the environment variable
-// MSA_CUDA_PREFILL, read at every call: "tc" turns them on, "simt" off; unset or any other value
-// gives kPrefillTensorCoresByDefault. Off by default until they pass the CUDA suite on a GPU
-// (docs/api.md); the CUDA test binary and bench/prefill_bench.py set the variable themselves.
-constexpr bool kPrefillTensorCoresByDefault = false;
+// MSA_CUDA_PREFILL, read at every call: "tc" turns them on, "simt" off (the CUDA-core kernels, for
+// comparison and as a workaround); unset or any other value gives kPrefillTensorCoresByDefault
+// (docs/api.md, kernel choice).
+constexpr bool kPrefillTensorCoresByDefault = true;
 bool tensor_cores_enabled();
 
 // ---- Index scores ----
