@@ -172,6 +172,43 @@ TEST(ReportSummary, StagesAreSplitByRowKind) {
   }
 }
 
+// Reports written before the indexer and attention stages were split by row kind have one
+// indexer_topk and one attention stage: `msa report` shows them as they are and sums them as
+// the split stages; a stage it does not know is shown by its name.
+TEST(ReportSummary, ReadsReportsWithUnsplitStages) {
+  json::Json rep =
+      compare_report(one_step_run(300.0, 800.0, 3000), one_step_run(0.0, 1000.0, 3000));
+  auto unsplit = [](json::Json* stages) {
+    json::Json old = json::Json::object();
+    for (const auto& kv : stages->items()) {
+      const std::string& k = kv.key();
+      const std::string name = k.rfind("indexer_", 0) == 0     ? "indexer_topk"
+                               : k.rfind("attention_", 0) == 0 ? "attention"
+                                                               : k;
+      old[name] = (old.contains(name) ? old[name].get<double>() : 0.0) + kv.value().get<double>();
+    }
+    *stages = old;
+  };
+  unsplit(&rep["summary"]["stage_ms"]);
+  unsplit(&rep["compare_dense"]["dense"]["stage_ms"]);
+  unsplit(&rep["steps"][0]["stage_ms"]);
+  rep["summary"]["stage_ms"]["future_stage"] = 100.0;
+  ASSERT_TRUE(validate_report(rep).ok()) << validate_report(rep).to_string();
+  const std::string text = format_summary(rep);
+  EXPECT_NE(text.find("  300.0 ms  25.0%  indexer_topk       index scores + top-k, decode + "
+                      "prefill rows\n"
+                      "                  800.0 ms  66.7%  attention          attention, "
+                      "decode + prefill rows\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  100.0 ms   8.3%  future_stage\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("indexer_decode"), std::string::npos) << text;
+  EXPECT_NE(text.find("why slower  short contexts: the indexer+top-k (300 ms) costs more than "
+                      "the attention it saves (200 ms)"),
+            std::string::npos)
+      << text;
+}
+
 // When sparse is slower than dense the summary says why: at short contexts the indexer costs
 // more than the attention it saves.
 TEST(ReportSummary, SaysWhySparseWasSlower) {
