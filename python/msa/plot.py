@@ -5,7 +5,8 @@ run.png`` calls. The panels:
 
 * step time on a log axis against the run clock, steps with prefill rows apart from decode-only
   steps (a prefill step takes seconds, a decode step milliseconds);
-* the time per stage, with the stage names of the report and of the text summary;
+* the time per stage, with the stage names of the report and in the order of the text summary
+  (the indexer and attention split into their decode and prefill rows);
 * throughput over the run: output tokens/s and processed rows/s (prefill + decode);
 * with ``--compare-dense``: time per stage of the sparse and the dense run side by side, with
   both speed-ups, and the relative error of every sampled row against exact dense attention.
@@ -32,6 +33,13 @@ PREFILL_COLOR = "#e6550d"
 DECODE_COLOR = "#3182bd"
 SPARSE_COLOR = "#756bb1"
 DENSE_COLOR = "#969696"
+
+# The stage order of the text summary (`msa report`): model work first. indexer_topk and attention
+# (decode and prefill rows together) are the stages of reports written before the indexer and
+# attention were split by row kind; a stage not listed here follows in the report's order.
+STAGE_ORDER = ("insert", "indexer_decode", "indexer_prefill", "attention_decode",
+               "attention_prefill", "indexer_topk", "attention", "metadata", "activations",
+               "readback")
 
 
 class ReportError(ValueError):
@@ -118,8 +126,13 @@ def _plot_step_times(ax, steps: list) -> None:
     ax.legend(loc="best", fontsize=8)
 
 
+def _stage_names(stages: dict) -> list[str]:
+    """The stages of a report's stage_ms in the order of STAGE_ORDER."""
+    return [n for n in STAGE_ORDER if n in stages] + [n for n in stages if n not in STAGE_ORDER]
+
+
 def _plot_stages(ax, stages: dict) -> None:
-    names = list(stages)
+    names = _stage_names(stages)
     values = [float(stages[n] or 0.0) for n in names]
     total = sum(values)
     y = list(range(len(names)))
@@ -167,7 +180,8 @@ def _plot_throughput(ax, steps: list, wall_s: float) -> None:
 
 
 def _plot_dense_speed(ax, stages: dict, dense_stages: dict, compare: dict) -> None:
-    names = [n for n in stages if (stages.get(n) or 0) > 0 or (dense_stages.get(n) or 0) > 0]
+    names = [n for n in _stage_names(stages)
+             if (stages.get(n) or 0) > 0 or (dense_stages.get(n) or 0) > 0]
     y = list(range(len(names)))
     h = 0.4
     ax.barh([i - h / 2 for i in y], [float(stages.get(n) or 0.0) for n in names], height=h,

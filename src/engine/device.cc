@@ -26,8 +26,9 @@ Status cuda_status(cudaError_t e, const char* what) {
 }  // namespace
 
 const char* stage_name(int stage) {
-  static const char* const kNames[kNumStages] = {"activations",  "metadata",  "insert",
-                                                 "indexer_topk", "attention", "readback"};
+  static const char* const kNames[kNumStages] = {
+      "activations",      "metadata",          "insert",  "indexer_decode", "indexer_prefill",
+      "attention_decode", "attention_prefill", "readback"};
   return stage >= 0 && stage < kNumStages ? kNames[stage] : "?";
 }
 

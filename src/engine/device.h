@@ -49,9 +49,13 @@ enum Stage : int {
   kStageActivations = 0,  // synthesising the fused q/k/v/index rows
   kStageMetadata,         // batch metadata op (and the upload of its inputs)
   kStageInsert,           // fused QK-norm + RoPE + KV insert op
-  kStageIndexer,          // index scores + top-k selection (one op per row kind)
-  kStageAttention,        // sparse or dense attention ops
-  kStageReadback,         // output digests and fidelity samples
+  // The indexer and attention are timed per row kind: decode and prefill rows are separate op
+  // calls (kernels of their own), and a step may have both.
+  kStageIndexerDecode,     // index scores + top-k selection of the decode rows
+  kStageIndexerPrefill,    // index scores + top-k selection of the prefill rows
+  kStageAttentionDecode,   // attention of the decode rows (sparse, or dense on dense layers)
+  kStageAttentionPrefill,  // attention of the prefill rows (sparse, or dense on dense layers)
+  kStageReadback,          // output digests and fidelity samples
   kNumStages,
 };
 

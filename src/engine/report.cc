@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <utility>
 
 #include "msa/version.h"
 
@@ -69,6 +71,24 @@ json::Json stage_object(const StageTimes& t) {
   json::Json o = json::Json::object();
   for (int s = 0; s < kNumStages; ++s) o[stage_name(s)] = t[static_cast<size_t>(s)];
   return o;
+}
+
+// The indexer's and attention's time over both row kinds.
+double indexer_ms(const StageTimes& t) { return t[kStageIndexerDecode] + t[kStageIndexerPrefill]; }
+double attention_ms(const StageTimes& t) {
+  return t[kStageAttentionDecode] + t[kStageAttentionPrefill];
+}
+
+// The same from a report's stage_ms. Reports written before the stages were split by row kind
+// have one indexer_topk and one attention stage instead; a report has one set or the other, so
+// the sum over both reads either.
+double indexer_ms(const json::Json& stages) {
+  return num(stages, "indexer_decode") + num(stages, "indexer_prefill") +
+         num(stages, "indexer_topk");
+}
+double attention_ms(const json::Json& stages) {
+  return num(stages, "attention_decode") + num(stages, "attention_prefill") +
+         num(stages, "attention");
 }
 
 StageTimes stage_totals(const RunResult& r) {
@@ -244,9 +264,9 @@ json::Json build_report(const ReportContext& c, const RunResult& r, const RunRes
     const double sparse_work = r.busy_s - st[kStageReadback] / 1e3;
     const double dense_work = dense->busy_s - dt[kStageReadback] / 1e3;
     cmp["speedup"] = sparse_work > 0.0 ? dense_work / sparse_work : 0.0;
-    const double sparse_attn = st[kStageAttention] + st[kStageIndexer];
+    const double sparse_attn = attention_ms(st) + indexer_ms(st);
     cmp["attention_speedup"] =
-        sparse_attn > 0.0 ? (dt[kStageAttention] + dt[kStageIndexer]) / sparse_attn : 0.0;
+        sparse_attn > 0.0 ? (attention_ms(dt) + indexer_ms(dt)) / sparse_attn : 0.0;
     json::Json fid = json::Json::object();
     fid["method"] =
         "host fp64 dense softmax over every causal key for sampled rows (one sparse layer "
@@ -295,8 +315,8 @@ std::string slower_note(const json::Json& rep, const json::Json& cmp) {
     for (const json::Json& step : *steps) context = std::max(context, ival(step, "max_context"));
   }
   const int64_t keys = ival(m, "topk_blocks") * ival(m, "block_size");
-  const double indexer = num(st, "indexer_topk");
-  const double saved = num(dt, "attention") - num(st, "attention");
+  const double indexer = indexer_ms(st);
+  const double saved = attention_ms(dt) - attention_ms(st);
   std::ostringstream os;
   os << "  why slower  ";
   if (indexer >= saved) {
@@ -340,18 +360,38 @@ std::string format_summary(const json::Json& rep) {
   for (const auto& kvp : stages.items())
     total += kvp.value().is_number() ? kvp.value().get<double>() : 0.0;
   os << "  stages      ";
-  static const char* const kLabels[][2] = {{"insert", "insert (fused norm/rope/KV insert)"},
-                                           {"indexer_topk", "indexer+top-k (one op)"},
-                                           {"attention", "attention"},
-                                           {"metadata", "metadata"},
-                                           {"activations", "synthetic inputs"},
-                                           {"readback", "digests/readback"}};
-  bool first = true;
+  // Model work first, then the engine's own. A report shows the stages it was written with:
+  // indexer_topk and attention are those of reports from before the split by row kind, and a
+  // stage this table does not know is shown by its name alone.
+  static const char* const kLabels[][2] = {
+      {"insert", "fused norm/rope/KV insert"},
+      {"indexer_decode", "index scores + top-k, decode rows"},
+      {"indexer_prefill", "index scores + top-k, prefill rows"},
+      {"attention_decode", "attention, decode rows"},
+      {"attention_prefill", "attention, prefill rows"},
+      {"indexer_topk", "index scores + top-k, decode + prefill rows"},
+      {"attention", "attention, decode + prefill rows"},
+      {"metadata", "batch metadata"},
+      {"activations", "synthetic inputs"},
+      {"readback", "digests/readback"}};
+  std::vector<std::pair<std::string, std::string>> rows;
+  std::set<std::string> labelled;
   for (const auto& l : kLabels) {
-    const double ms = num(stages, l[0]);
+    labelled.insert(l[0]);
+    if (json::find(stages, l[0]) != nullptr) rows.emplace_back(l[0], l[1]);
+  }
+  for (const auto& kvp : stages.items()) {
+    if (labelled.count(kvp.key()) == 0) rows.emplace_back(kvp.key(), "");
+  }
+  bool first = true;
+  for (const auto& row : rows) {
+    const double ms = num(stages, row.first);
     if (!first) os << "\n              ";
     first = false;
-    os << fmt("%9.1f ms ", ms) << fmt("%5.1f%%  ", total > 0 ? 100.0 * ms / total : 0.0) << l[1];
+    os << fmt("%9.1f ms ", ms) << fmt("%5.1f%%  ", total > 0 ? 100.0 * ms / total : 0.0)
+       << row.first;
+    // Descriptions start in one column (every labelled name is shorter than 19 characters).
+    if (!row.second.empty()) os << std::string(19 - row.first.size(), ' ') << row.second;
   }
   os << "\n";
   os << "  KV cache    peak " << ival(kv, "peak_blocks") << " / " << ival(kv, "pool_blocks")

@@ -496,7 +496,7 @@ Status ModelRunner::Impl::run_layer(int layer, const Batch& b, int64_t T,
       da.cu_seqlens_q = query_start_loc.slice(0, 0, nd + 1);
       da.seq_lens = seq_lens.slice(0, 0, nd);
       da.out = out.slice(0, 0, ndt);
-      ENGINE_RETURN_IF_ERROR(run_op(da, kStageAttention, "dense attention (decode)"));
+      ENGINE_RETURN_IF_ERROR(run_op(da, kStageAttentionDecode, "dense attention (decode)"));
     }
     if (np > 0) {
       DenseAttentionArgs da;
@@ -508,7 +508,7 @@ Status ModelRunner::Impl::run_layer(int layer, const Batch& b, int64_t T,
       da.cu_seqlens_q = prefill_cu.slice(0, 0, np + 1);
       da.seq_lens = seq_lens.slice(0, nd, np);
       da.out = out.slice(0, ndt, npt);
-      ENGINE_RETURN_IF_ERROR(run_op(da, kStageAttention, "dense attention (prefill)"));
+      ENGINE_RETURN_IF_ERROR(run_op(da, kStageAttentionPrefill, "dense attention (prefill)"));
     }
   } else {
     IndexTopkParams params;
@@ -527,7 +527,7 @@ Status ModelRunner::Impl::run_layer(int layer, const Batch& b, int64_t T,
         ia.block_table = index_block_table.slice(0, 0, nd);
         ia.seq_lens = seq_lens.slice(0, 0, nd);
         ia.topk_out = topk;
-        ENGINE_RETURN_IF_ERROR(run_op(ia, kStageIndexer, "index top-k (decode)"));
+        ENGINE_RETURN_IF_ERROR(run_op(ia, kStageIndexerDecode, "index top-k (decode)"));
       }
       if (np > 0) {
         IndexTopkPrefillArgs ia;
@@ -539,7 +539,7 @@ Status ModelRunner::Impl::run_layer(int layer, const Batch& b, int64_t T,
         ia.cu_seqlens_q = prefill_cu.slice(0, 0, np + 1);
         ia.seq_lens = seq_lens.slice(0, nd, np);
         ia.topk_out = topk.slice(1, ndt, max_t - ndt);
-        ENGINE_RETURN_IF_ERROR(run_op(ia, kStageIndexer, "index top-k (prefill)"));
+        ENGINE_RETURN_IF_ERROR(run_op(ia, kStageIndexerPrefill, "index top-k (prefill)"));
       }
     }
     if (nd > 0) {
@@ -553,7 +553,7 @@ Status ModelRunner::Impl::run_layer(int layer, const Batch& b, int64_t T,
       sa.seq_lens = seq_lens.slice(0, 0, nd);
       sa.topk = topk;
       sa.out = out.slice(0, 0, ndt);
-      ENGINE_RETURN_IF_ERROR(run_op(sa, kStageAttention, "sparse attention (decode)"));
+      ENGINE_RETURN_IF_ERROR(run_op(sa, kStageAttentionDecode, "sparse attention (decode)"));
     }
     if (np > 0) {
       SparseAttentionPrefillArgs sa;
@@ -566,7 +566,7 @@ Status ModelRunner::Impl::run_layer(int layer, const Batch& b, int64_t T,
       sa.seq_lens = seq_lens.slice(0, nd, np);
       sa.topk = topk.slice(1, ndt, max_t - ndt);
       sa.out = out.slice(0, ndt, npt);
-      ENGINE_RETURN_IF_ERROR(run_op(sa, kStageAttention, "sparse attention (prefill)"));
+      ENGINE_RETURN_IF_ERROR(run_op(sa, kStageAttentionPrefill, "sparse attention (prefill)"));
     }
   }
   ENGINE_RETURN_IF_ERROR(digest_layer(layer, T));

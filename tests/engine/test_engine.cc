@@ -128,14 +128,39 @@ TEST(Engine, FidelitySamplesCoverRowsBeyondTopkReach) {
   }
 }
 
+// Checks that every step timed its indexer (when `indexer`) and attention in the stages of the
+// row kinds it had, and left those of a kind it lacked at 0; returns whether the run had both
+// a step of decode and prefill rows and a decode-only step.
+bool stages_follow_row_kinds(const RunResult& r, bool indexer) {
+  bool mixed = false, decode_only = false;
+  for (const auto& s : r.steps) {
+    const bool decode = s.decode_tokens > 0, prefill = s.prefill_tokens > 0;
+    mixed |= decode && prefill;
+    decode_only |= decode && !prefill;
+    EXPECT_EQ(s.stages[kStageAttentionDecode] > 0.0, decode) << "step " << s.step;
+    EXPECT_EQ(s.stages[kStageAttentionPrefill] > 0.0, prefill) << "step " << s.step;
+    EXPECT_EQ(s.stages[kStageIndexerDecode] > 0.0, indexer && decode) << "step " << s.step;
+    EXPECT_EQ(s.stages[kStageIndexerPrefill] > 0.0, indexer && prefill) << "step " << s.step;
+  }
+  return mixed && decode_only;
+}
+
+TEST(Engine, StagesSplitDecodeAndPrefillRows) {
+  const auto reqs = small_workload(3);
+  EXPECT_TRUE(stages_follow_row_kinds(run(small_engine(reqs), reqs), true))
+      << "the workload no longer has both mixed and decode-only steps";
+}
+
 TEST(Engine, DenseBaselineRunsNoIndexer) {
-  const auto reqs = small_workload(2);
+  const auto reqs = small_workload(3);
   EngineOptions o = small_engine(reqs);
   o.runner.dense_everywhere = true;
   o.runner.fidelity_rows_per_step = 2;  // ignored: the baseline has no sparse rows
   const RunResult r = run(o, reqs);
   EXPECT_TRUE(r.samples.empty());
-  for (const auto& s : r.steps) EXPECT_EQ(s.stages[kStageIndexer], 0.0);
+  // Dense attention is timed in the attention stages of its rows' kind.
+  EXPECT_TRUE(stages_follow_row_kinds(r, false))
+      << "the workload no longer has both mixed and decode-only steps";
 }
 
 // The setting reaches every attention and index op call; on the CPU backend (always batch

@@ -120,15 +120,17 @@ TEST(ReportFiles, ValidateReportNamesTheFirstBadField) {
       << bad_type.to_string();
 }
 
-// A run of one step whose stages took `indexer_ms`, `attention_ms` and `insert_ms`, reaching
-// `context`.
+// A run of one step whose stages took `indexer_ms`, `attention_ms` (each a quarter in its
+// decode and the rest in its prefill stage) and `insert_ms`, reaching `context`.
 RunResult one_step_run(double indexer_ms, double attention_ms, int64_t context,
                        double insert_ms = 0.0) {
   RunResult r;
   StepRecord step;
   step.max_context = context;
-  step.stages[kStageIndexer] = indexer_ms;
-  step.stages[kStageAttention] = attention_ms;
+  step.stages[kStageIndexerDecode] = indexer_ms / 4;
+  step.stages[kStageIndexerPrefill] = indexer_ms * 3 / 4;
+  step.stages[kStageAttentionDecode] = attention_ms / 4;
+  step.stages[kStageAttentionPrefill] = attention_ms * 3 / 4;
   step.stages[kStageInsert] = insert_ms;
   step.latency_ms = indexer_ms + attention_ms + insert_ms;
   r.steps.push_back(step);
@@ -137,10 +139,74 @@ RunResult one_step_run(double indexer_ms, double attention_ms, int64_t context,
   return r;
 }
 
-std::string compare_summary(const RunResult& sparse, const RunResult& dense) {
+json::Json compare_report(const RunResult& sparse, const RunResult& dense) {
   ReportContext ctx;
   ctx.model = ModelConfig::minimax_m3();  // top-16 blocks of 128: 2048 keys a row
-  return format_summary(build_report(ctx, sparse, &dense));
+  return build_report(ctx, sparse, &dense);
+}
+
+std::string compare_summary(const RunResult& sparse, const RunResult& dense) {
+  return format_summary(compare_report(sparse, dense));
+}
+
+TEST(ReportSummary, StagesAreSplitByRowKind) {
+  const json::Json rep =
+      compare_report(one_step_run(300.0, 800.0, 3000), one_step_run(0.0, 1000.0, 3000));
+  const json::Json& st = rep["summary"]["stage_ms"];
+  EXPECT_EQ(st["indexer_decode"].get<double>(), 75.0);
+  EXPECT_EQ(st["indexer_prefill"].get<double>(), 225.0);
+  EXPECT_EQ(st["attention_decode"].get<double>(), 200.0);
+  EXPECT_EQ(st["attention_prefill"].get<double>(), 600.0);
+  EXPECT_EQ(json::find(st, "indexer_topk"), nullptr);
+  EXPECT_EQ(json::find(st, "attention"), nullptr);
+  EXPECT_EQ(rep["steps"][0]["stage_ms"], st);
+  // Dense attention over sparse attention plus indexer, each summed over both row kinds.
+  EXPECT_DOUBLE_EQ(rep["compare_dense"]["attention_speedup"].get<double>(), 1000.0 / 1100.0);
+  const std::string text = format_summary(rep);
+  for (const char* line :
+       {"   75.0 ms   6.8%  indexer_decode     index scores + top-k, decode rows",
+        "  225.0 ms  20.5%  indexer_prefill    index scores + top-k, prefill rows",
+        "  200.0 ms  18.2%  attention_decode   attention, decode rows",
+        "  600.0 ms  54.5%  attention_prefill  attention, prefill rows"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  }
+}
+
+// Reports written before the indexer and attention stages were split by row kind have one
+// indexer_topk and one attention stage: `msa report` shows them as they are and sums them as
+// the split stages; a stage it does not know is shown by its name.
+TEST(ReportSummary, ReadsReportsWithUnsplitStages) {
+  json::Json rep =
+      compare_report(one_step_run(300.0, 800.0, 3000), one_step_run(0.0, 1000.0, 3000));
+  auto unsplit = [](json::Json* stages) {
+    json::Json old = json::Json::object();
+    for (const auto& kv : stages->items()) {
+      const std::string& k = kv.key();
+      const std::string name = k.rfind("indexer_", 0) == 0     ? "indexer_topk"
+                               : k.rfind("attention_", 0) == 0 ? "attention"
+                                                               : k;
+      old[name] = (old.contains(name) ? old[name].get<double>() : 0.0) + kv.value().get<double>();
+    }
+    *stages = old;
+  };
+  unsplit(&rep["summary"]["stage_ms"]);
+  unsplit(&rep["compare_dense"]["dense"]["stage_ms"]);
+  unsplit(&rep["steps"][0]["stage_ms"]);
+  rep["summary"]["stage_ms"]["future_stage"] = 100.0;
+  ASSERT_TRUE(validate_report(rep).ok()) << validate_report(rep).to_string();
+  const std::string text = format_summary(rep);
+  EXPECT_NE(text.find("  300.0 ms  25.0%  indexer_topk       index scores + top-k, decode + "
+                      "prefill rows\n"
+                      "                  800.0 ms  66.7%  attention          attention, "
+                      "decode + prefill rows\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  100.0 ms   8.3%  future_stage\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("indexer_decode"), std::string::npos) << text;
+  EXPECT_NE(text.find("why slower  short contexts: the indexer+top-k (300 ms) costs more than "
+                      "the attention it saves (200 ms)"),
+            std::string::npos)
+      << text;
 }
 
 // When sparse is slower than dense the summary says why: at short contexts the indexer costs

@@ -19,7 +19,15 @@ pytest.importorskip(
 from msa import plot  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-STAGES = {"insert": 12.0, "indexer": 30.0, "attention": 50.0, "metadata": 3.0, "readback": 5.0}
+# The stages in the order `msa run` writes them; the plots (as the text summary) list them in
+# SUMMARY_ORDER.
+STAGES = {"activations": 4.0, "metadata": 3.0, "insert": 12.0, "indexer_decode": 10.0,
+          "indexer_prefill": 20.0, "attention_decode": 15.0, "attention_prefill": 35.0,
+          "readback": 5.0}
+SUMMARY_ORDER = ["insert", "indexer_decode", "indexer_prefill", "attention_decode",
+                 "attention_prefill", "metadata", "activations", "readback"]
+# A --compare-dense report written before the indexer and attention stages were split by row kind.
+UNSPLIT_REPORT = REPO / "tests/engine/data/unsplit_stages_report.json"
 
 
 def _step(i: int, prefill: int, decode: int, latency_ms: float) -> dict:
@@ -44,7 +52,8 @@ def _report() -> dict:
 def _compared(speedup: float) -> dict:
     report = _report()
     report["compare_dense"] = {
-        "dense": {"stage_ms": {**STAGES, "indexer": 0.0, "attention": 120.0}},
+        "dense": {"stage_ms": {**STAGES, "indexer_decode": 0.0, "indexer_prefill": 0.0,
+                               "attention_decode": 30.0, "attention_prefill": 90.0}},
         "speedup": speedup, "attention_speedup": 1.5,
         "fidelity": {"rows_sampled": 3, "samples": [
             {"layer": 1, "position": 300, "rel_error": 0.02, "selected_mass": 0.97},
@@ -71,8 +80,9 @@ def test_panels_of_a_run() -> None:
         labels = [t.get_text() for t in steps.get_legend().get_texts()]
         assert labels == ["with prefill rows (2)", "decode only (10)"]
         stage_axis = _axis(fig, "Time per stage")
-        assert [t.get_text() for t in stage_axis.get_yticklabels()] == list(STAGES)
-        assert [round(p.get_width(), 6) for p in stage_axis.patches] == list(STAGES.values())
+        assert [t.get_text() for t in stage_axis.get_yticklabels()] == SUMMARY_ORDER
+        assert [round(p.get_width(), 6) for p in stage_axis.patches] == [
+            STAGES[n] for n in SUMMARY_ORDER]
         throughput = _axis(fig, "Throughput")
         lines = {line.get_label(): line for line in throughput.get_lines()}
         assert set(lines) == {"processed rows/s (prefill + decode)", "output tokens/s"}
@@ -90,6 +100,7 @@ def test_dense_comparison_panels() -> None:
         speed = _axis(fig, "Sparse vs dense")
         assert speed.get_title() == "Sparse vs dense: 1.80x per step, 1.50x in attention"
         assert [t.get_text() for t in speed.get_legend().get_texts()] == ["sparse", "dense"]
+        assert [t.get_text() for t in speed.get_yticklabels()] == SUMMARY_ORDER
         fidelity = _axis(fig, "Error vs exact dense attention")
         assert fidelity.get_yscale() == "log"
         offsets = fidelity.collections[0].get_offsets()
@@ -103,6 +114,31 @@ def test_dense_comparison_panels() -> None:
         assert any("Sparse was slower than dense" in n for n in notes), notes
     finally:
         plot._pyplot().close(slower)
+
+
+def _tick_labels(ax) -> list[str]:
+    return [t.get_text() for t in ax.get_yticklabels()]
+
+
+def test_report_with_unsplit_stages() -> None:
+    """A report from before the split shows its indexer_topk and attention stages as they are, in
+    the text summary's order, and a stage the plots do not know after them."""
+    report = json.loads(UNSPLIT_REPORT.read_text())
+    report["summary"]["stage_ms"]["future_stage"] = 1.0
+    fig = plot.figure(report)
+    try:
+        assert len(_titles(fig)) == 6
+        assert _tick_labels(_axis(fig, "Time per stage")) == [
+            "insert", "indexer_topk", "attention", "metadata", "activations", "readback",
+            "future_stage"]
+        stages = report["summary"]["stage_ms"]
+        widths = [p.get_width() for p in _axis(fig, "Time per stage").patches]
+        assert widths[1:3] == [stages["indexer_topk"], stages["attention"]]
+        assert _tick_labels(_axis(fig, "Sparse vs dense")) == [
+            "insert", "indexer_topk", "attention", "metadata", "activations", "readback",
+            "future_stage"]
+    finally:
+        plot._pyplot().close(fig)
 
 
 def test_png_and_svg_by_extension(tmp_path) -> None:
@@ -177,5 +213,7 @@ def test_msa_report_plot_draws_a_real_run(tmp_path) -> None:
     fig = plot.figure(json.loads(report.read_text()))
     try:
         assert len(_titles(fig)) == 6 and "Error vs exact dense attention" in _titles(fig)
+        # The program writes the stages the plots (and the text summary) know.
+        assert _tick_labels(_axis(fig, "Time per stage")) == SUMMARY_ORDER
     finally:
         plot._pyplot().close(fig)
