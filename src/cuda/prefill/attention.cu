@@ -91,8 +91,14 @@ Status launch_for_dtype(const AttentionProblem& pb, const CUtensorMap& k_map,
 }  // namespace
 
 bool attention_supported(const AttentionProblem& pb) {
-  if (!tensor_cores_enabled()) return false;
+  const PrefillChoice choice = prefill_choice();
+  if (choice == PrefillChoice::kSimt) return false;
   const KvCacheView& kv = pb.kv;
+  // Sparse attention over an e4m3 cache keeps the CUDA-core kernels unless asked for: the
+  // tensor-core kernel ran at 0.5x and 0.3x their speed at 16K and 64K prompts on an H100
+  // (bench/results/2026-12-05-d14530c-prefill-tc-first.md), before 69c04e9 let its e4m3
+  // producer keep several loads in flight; choose again once that is measured.
+  if (choice == PrefillChoice::kDefault && pb.sparse() && kv.k.dtype == DType::kE4M3) return false;
   if (pb.q.shape[2] != kAttnDim || kv.head_dim() != kAttnDim || kv.block_size() != kAttnKeys)
     return false;
   const int64_t hkv = kv.num_kv_heads();

@@ -28,11 +28,11 @@ bool device_is_sm90() {
   return major == 9 && minor == 0;
 }
 
-bool tensor_cores_enabled() {
+PrefillChoice prefill_choice() {
   const char* v = std::getenv("MSA_CUDA_PREFILL");
-  if (v != nullptr && std::strcmp(v, "tc") == 0) return true;
-  if (v != nullptr && std::strcmp(v, "simt") == 0) return false;
-  return kPrefillTensorCoresByDefault;
+  if (v != nullptr && std::strcmp(v, "tc") == 0) return PrefillChoice::kTensorCores;
+  if (v != nullptr && std::strcmp(v, "simt") == 0) return PrefillChoice::kSimt;
+  return PrefillChoice::kDefault;
 }
 
 namespace {
@@ -83,7 +83,7 @@ Status launch_scores(const IndexProblem& pb, const IndexScoreParams& prm, dim3 g
 }  // namespace
 
 bool index_scores_supported(const IndexProblem& pb) {
-  if (!tensor_cores_enabled()) return false;
+  if (prefill_choice() == PrefillChoice::kSimt) return false;
   if (pb.query_len != 0 || pb.head_dim() != kIndexDim || pb.block_size() != kIndexKeys)
     return false;
   const DType qt = pb.index_q.dtype, kt = pb.index_cache.dtype;

@@ -19,12 +19,12 @@ namespace prefill {
 // Whether the current device runs sm_90a code (compute capability 9.0).
 bool device_is_sm90();
 
-// Whether calls may take the tensor-core prefill kernels, from the environment variable
-// MSA_CUDA_PREFILL, read at every call: "tc" turns them on, "simt" off (the CUDA-core kernels, for
-// comparison and as a workaround); unset or any other value gives kPrefillTensorCoresByDefault
-// (docs/api.md, kernel choice).
-constexpr bool kPrefillTensorCoresByDefault = true;
-bool tensor_cores_enabled();
+// The kernel choice the environment variable MSA_CUDA_PREFILL asks for, read at every call: "tc"
+// takes the tensor-core prefill kernels wherever they apply, "simt" never does (the CUDA-core
+// kernels, for comparison and as a workaround); unset or any other value takes them wherever they
+// apply and were measured faster (attention_supported says where not). docs/api.md, kernel choice.
+enum class PrefillChoice { kDefault, kTensorCores, kSimt };
+PrefillChoice prefill_choice();
 
 // ---- Index scores ----
 
