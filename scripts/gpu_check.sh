@@ -4,11 +4,14 @@
 # benchmarks and the Python tests, and print a short summary table last.
 #
 #   scripts/gpu_check.sh [stage ...]     stages: build test sanitize sass python engine prefill
-#                                        pack (default: build test sanitize sass)
+#                                        decode vllm pack (default: build test sanitize sass)
 #
 # prefill: bench/prefill_bench.py (after python, which installs the extension) with
-# PREFILL_ARGS; its table is the summary's last block. TEST_FILTER narrows the test stage
-# (a --gtest_filter pattern; default all).
+# PREFILL_ARGS; its table is the summary's last block. decode: bench/decode_bench.py with
+# DECODE_ARGS, then the same with --batch-invariant, and bench/compare_runs.py of the two (the
+# batch-invariant mode's cost). vllm: tests/python/vllm_gpu_driver.py replay of VLLM_STEPS (a
+# recording made with vLLM on a CPU machine and carried; default .carry/vllm_steps.pt.gz).
+# TEST_FILTER narrows the test stage (a --gtest_filter pattern; default all).
 #
 # pack (last): the summary goes to $OUT/summary.txt and every other file under $OUT into
 # $OUT/logs.tgz, for transports that bring back only a few files (give OUT a folder of its own).
@@ -152,6 +155,30 @@ if has_stage prefill; then
   rc=$?
   [ $rc -eq 0 ] && record prefill ok "$(( $(date +%s) - start )) s, checks ok" ||
     record prefill FAIL "rc=$rc, see prefill_bench.log"
+fi
+
+if has_stage decode; then
+  start=$(date +%s)
+  timeout -k 10 "${DECODE_TIMEOUT:-300}" python3 bench/decode_bench.py --out "$OUT/decode" \
+    ${DECODE_ARGS:-} >"$OUT/decode_bench.log" 2>&1 &&
+    timeout -k 10 "${DECODE_TIMEOUT:-300}" python3 bench/decode_bench.py --batch-invariant \
+      --out "$OUT/decode_inv" ${DECODE_ARGS:-} >"$OUT/decode_bench_inv.log" 2>&1
+  rc=$?
+  python3 bench/compare_runs.py "$OUT/decode/decode_bench.json" \
+    "$OUT/decode_inv/decode_bench.json" >"$OUT/batch_invariant_cost.txt" 2>&1
+  [ $rc -eq 0 ] && record decode ok "$(( $(date +%s) - start )) s, cost in batch_invariant_cost.txt" ||
+    record decode FAIL "rc=$rc, see decode_bench*.log"
+fi
+
+if has_stage vllm; then
+  steps=${VLLM_STEPS:-.carry/vllm_steps.pt.gz}
+  if [ -f "$steps" ]; then
+    timeout -k 10 "$STAGE_TIMEOUT" python3 tests/python/vllm_gpu_driver.py replay --cases "$steps" \
+      --out "$OUT/vllm_gpu.json" >"$OUT/vllm_gpu.log" 2>&1 &&
+      record vllm ok "$(tail -1 "$OUT/vllm_gpu.log")" || record vllm FAIL "$(tail -1 "$OUT/vllm_gpu.log")"
+  else
+    record vllm FAIL "no recording at $steps (vllm_gpu_driver.py record, on a machine with vLLM)"
+  fi
 fi
 
 print_summary() {
