@@ -136,6 +136,18 @@ std::vector<NamedSpec> dense_specs() {
     v.push_back({"TensorCoreE4m3PerLayerHnd", s});
   }
   {
+    BatchSpec s;
+    s.seq_lens = {640, 150 + 400};
+    s.query_lens = {260, 150};
+    s.layout = Layout::kSplitNhd;
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerTokenHead;
+    s.out_dtype = DType::kBF16;
+    s.nan_past_len = true;
+    s.seed = 147;
+    v.push_back({"TensorCoreE4m3PerTokenHeadNhd", s});
+  }
+  {
     BatchSpec s;  // TP8 heads, f16
     s.num_q_heads = 8;
     s.seq_lens = {600, 260};

@@ -356,6 +356,18 @@ std::vector<NamedSpec> prefill_specs() {
   }
   {
     BatchSpec s;
+    s.seq_lens = {1100, 200 + 700};
+    s.query_lens = {350, 200};
+    s.layout = Layout::kPacked;
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerTokenHead;
+    s.out_dtype = DType::kF32;
+    s.nan_past_len = true;
+    s.seed = 135;
+    v.push_back({"TensorCoreE4m3PerTokenHeadPacked", s});
+  }
+  {
+    BatchSpec s;
     s.seq_lens = {1200, 77};
     s.query_lens = {300, 77};
     s.layout = Layout::kSplitHnd;

@@ -58,10 +58,10 @@ Status encode_side(CUtensorMap* map, const char* what, const TensorView& side) {
                                 4, side.data, dims, strides, box);
 }
 
-template <sm90::Mma16 kMma, bool kE4M3, bool kSparse>
+template <sm90::Mma16 kMma, bool kE4M3, bool kSparse, bool kTokenScales = false>
 Status launch(const CUtensorMap& k_map, const CUtensorMap& v_map, const AttnParams& prm, dim3 grid,
               cudaStream_t stream) {
-  const auto kernel = prefill_attention_sm90_kernel<kMma, kE4M3, kSparse>;
+  const auto kernel = prefill_attention_sm90_kernel<kMma, kE4M3, kSparse, kTokenScales>;
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(kAttnSmemBytes));
   if (e != cudaSuccess) {
@@ -80,6 +80,8 @@ Status launch_for_dtype(const AttentionProblem& pb, const CUtensorMap& k_map,
                         cudaStream_t stream) {
   switch (pb.kv.k.dtype) {
     case DType::kE4M3:
+      if (pb.kv.scale_mode == KvScaleMode::kPerTokenHead)
+        return launch<sm90::Mma16::kBF16, true, kSparse, true>(k_map, v_map, prm, grid, stream);
       return launch<sm90::Mma16::kBF16, true, kSparse>(k_map, v_map, prm, grid, stream);
     case DType::kF16:
       return launch<sm90::Mma16::kF16, false, kSparse>(k_map, v_map, prm, grid, stream);
@@ -97,8 +99,11 @@ bool attention_supported(const AttentionProblem& pb) {
   // Sparse attention over an e4m3 cache keeps the CUDA-core kernels unless asked for: the
   // tensor-core kernel ran at 0.5x and 0.3x their speed at 16K and 64K prompts on an H100
   // (bench/results/2026-12-05-d14530c-prefill-tc-first.md), before 69c04e9 let its e4m3
-  // producer keep several loads in flight; choose again once that is measured.
-  if (choice == PrefillChoice::kDefault && pb.sparse() && kv.k.dtype == DType::kE4M3) return false;
+  // producer keep several loads in flight; choose again once that is measured. Per-token-head
+  // scales likewise until their tensor-core cases have run on a GPU.
+  if (choice == PrefillChoice::kDefault && kv.k.dtype == DType::kE4M3 &&
+      (pb.sparse() || kv.scale_mode == KvScaleMode::kPerTokenHead))
+    return false;
   if (pb.q.shape[2] != kAttnDim || kv.head_dim() != kAttnDim || kv.block_size() != kAttnKeys)
     return false;
   const int64_t hkv = kv.num_kv_heads();
@@ -111,7 +116,6 @@ bool attention_supported(const AttentionProblem& pb) {
   const bool dtypes = (qt == DType::kBF16 && (kt == DType::kBF16 || kt == DType::kE4M3)) ||
                       (qt == DType::kF16 && kt == DType::kF16);
   if (!dtypes) return false;
-  if (kv.scale_mode == KvScaleMode::kPerTokenHead) return false;
   if (kt != DType::kE4M3 && kv.scale_mode != KvScaleMode::kNone) return false;
   const DType ot = pb.out.dtype;
   if (ot != qt && ot != DType::kF32) return false;
@@ -215,6 +219,13 @@ Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream str
   if (kv.scale_mode == KvScaleMode::kPerLayer) {
     prm.k_scale = kvd.k_scale;
     prm.v_scale = kvd.v_scale;
+  } else if (kv.scale_mode == KvScaleMode::kPerTokenHead) {
+    prm.k_token_scale = kvd.k_scale;
+    prm.v_token_scale = kvd.v_scale;
+    for (int i = 0; i < 2; ++i) {
+      prm.k_token_stride[i] = kvd.k_scale_stride[i];
+      prm.v_token_stride[i] = kvd.v_scale_stride[i];
+    }
   }
   prm.group = static_cast<int32_t>(hq / hkv);
   prm.tile_tokens = tq;

@@ -94,6 +94,11 @@ struct AttnParams {
   float scale_log2;      // softmax scale * log2(e)
   const float* k_scale;  // per-layer scales ([1] fp32 on the device), or null
   const float* v_scale;
+  // Per-token-head scales of an e4m3 cache ([Hkv, num_blocks * 128] fp32; head, slot strides),
+  // or null: applied as the producer converts K and V.
+  const float* k_token_scale;
+  const float* v_token_scale;
+  int64_t k_token_stride[2], v_token_stride[2];
   int32_t group;        // q heads per KV head: 8 or 16
   int32_t tile_tokens;  // 128 / group
   int32_t* error_flags;
@@ -112,15 +117,21 @@ __device__ __forceinline__ void load_q_rows(uint8_t* sQ, int first_row, int t, L
   }
 }
 
-// 16 e4m3 values (one 16-byte word) -> 16 bf16 values in two 16-byte words, exactly.
-__device__ __forceinline__ void e4m3x16_to_bf16(uint4 in, uint4& lo, uint4& hi) {
+// 16 e4m3 values (one 16-byte word) -> 16 bf16 values in two 16-byte words: exactly, or
+// (kScaled) each multiplied by `scale` in fp32 and then rounded, as the spec dequantises.
+template <bool kScaled>
+__device__ __forceinline__ void e4m3x16_to_bf16(uint4 in, float scale, uint4& lo, uint4& hi) {
   const uint32_t w[4] = {in.x, in.y, in.z, in.w};
   uint32_t o[8];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const uint32_t h0 = e4m3x2_to_f16x2<false>(w[i]), h1 = e4m3x2_to_f16x2<true>(w[i]);
-    const float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(&h0));
-    const float2 f1 = __half22float2(*reinterpret_cast<const __half2*>(&h1));
+    float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(&h0));
+    float2 f1 = __half22float2(*reinterpret_cast<const __half2*>(&h1));
+    if constexpr (kScaled) {
+      f0 = make_float2(f0.x * scale, f0.y * scale);
+      f1 = make_float2(f1.x * scale, f1.y * scale);
+    }
     o[2 * i] = sm90::pack2<sm90::Mma16::kBF16>(f0.x, f0.y);
     o[2 * i + 1] = sm90::pack2<sm90::Mma16::kBF16>(f1.x, f1.y);
   }
@@ -130,9 +141,11 @@ __device__ __forceinline__ void e4m3x16_to_bf16(uint4 in, uint4& lo, uint4& hi) 
 
 // Stores 16 bf16 values (dims 16 word .. + 15 of `slot`) into the swizzled 16-bit tile `dst`:
 // chunks 2 word and 2 word + 1 of the slot's row in panel word / 4.
-__device__ __forceinline__ void store_bf16x16(uint8_t* dst, int slot, int word, uint4 e4m3) {
+template <bool kScaled>
+__device__ __forceinline__ void store_bf16x16(uint8_t* dst, int slot, int word, uint4 e4m3,
+                                              float scale) {
   uint4 lo, hi;
-  e4m3x16_to_bf16(e4m3, lo, hi);
+  e4m3x16_to_bf16<kScaled>(e4m3, scale, lo, hi);
   uint8_t* panel = dst + (word / 4) * (kAttnKeys * 128);
   const uint32_t ch = static_cast<uint32_t>(2 * (word % 4));
   *reinterpret_cast<uint4*>(panel + sm90::swizzled_chunk(static_cast<uint32_t>(slot), ch)) = lo;
@@ -141,14 +154,17 @@ __device__ __forceinline__ void store_bf16x16(uint8_t* dst, int slot, int word, 
 
 // The producer warpgroup's conversion of one block's e4m3 K and V tiles (128 slots x 128 dims of
 // KV head g of `page`) into the swizzled bf16 tiles dk and dv; V slots from `valid` on are
-// written as zeros. Each thread issues its loads in rounds of 2 K and 2 V words before it
-// converts any: the loads are volatile asm, so one load per conversion would leave a single
-// global load in flight per thread and the producer latency-bound.
+// written as zeros; kTokenScales multiplies each slot by its per-token-head scales. Each thread
+// issues its loads in rounds of 2 K and 2 V words before it converts any: the loads are volatile
+// asm, so one load per conversion would leave a single global load in flight per thread and the
+// producer latency-bound.
+template <bool kTokenScales>
 __device__ __forceinline__ void convert_e4m3_block(const AttnParams& p, int64_t page, int g,
                                                    int valid, uint8_t* dk, uint8_t* dv, int t) {
   const uint8_t* k_src = p.k8 + page * p.k_stride[0] + g * p.k_stride[1];
   const uint8_t* v_src = p.v8 + page * p.v_stride[0] + g * p.v_stride[1];
-  constexpr int kRound = 2;  // words of each side per round: 16 registers (4 spill in 56)
+  // Words of each side per round: 16 registers (4 spill in 56; 2 with the scales beside them).
+  constexpr int kRound = kTokenScales ? 1 : 2;
   constexpr int kSlotsPerPass = 128 / 8;  // the warpgroup covers 16 slots x 8 words per pass
   static_assert(kAttnKeys % (kSlotsPerPass * kRound) == 0, "whole rounds");
   const int word = t % 8;  // the same 16 dims of every slot this thread converts
@@ -157,16 +173,24 @@ __device__ __forceinline__ void convert_e4m3_block(const AttnParams& p, int64_t 
 #pragma unroll 1
   for (int slot0 = t / 8; slot0 < kAttnKeys; slot0 += kSlotsPerPass * kRound) {
     uint4 kw[kRound], vw[kRound];
+    float ks[kRound], vs[kRound];
 #pragma unroll
     for (int i = 0; i < kRound; ++i) {
       const int slot = slot0 + kSlotsPerPass * i;
       kw[i] = ld_raw_v4(k_src + slot * p.k_stride[2]);
       vw[i] = slot < valid ? ld_raw_v4(v_src + slot * p.v_stride[2]) : make_uint4(0, 0, 0, 0);
+      if constexpr (kTokenScales) {
+        const int64_t cache_slot = page * kAttnKeys + slot;
+        ks[i] = p.k_token_scale[g * p.k_token_stride[0] + cache_slot * p.k_token_stride[1]];
+        vs[i] = p.v_token_scale[g * p.v_token_stride[0] + cache_slot * p.v_token_stride[1]];
+      } else {
+        ks[i] = vs[i] = 1.0f;
+      }
     }
 #pragma unroll
     for (int i = 0; i < kRound; ++i) {
-      store_bf16x16(dk, slot0 + kSlotsPerPass * i, word, kw[i]);
-      store_bf16x16(dv, slot0 + kSlotsPerPass * i, word, vw[i]);
+      store_bf16x16<kTokenScales>(dk, slot0 + kSlotsPerPass * i, word, kw[i], ks[i]);
+      store_bf16x16<kTokenScales>(dv, slot0 + kSlotsPerPass * i, word, vw[i], vs[i]);
     }
   }
 }
@@ -384,7 +408,7 @@ __device__ __forceinline__ void produce_tma(const CUtensorMap& k_map, const CUte
 
 // Producer step (e4m3 caches): the warpgroup's 128 threads convert each block's K and V to bf16
 // tiles (V's slots past the request's length as zeros) and hand the stage over.
-template <bool kSparse>
+template <bool kSparse, bool kTokenScales>
 __device__ __forceinline__ void produce_e4m3(const AttnParams& p, const AttnWork& w, AttnSmem* ss,
                                              uint8_t* sK, uint8_t* sV, int t) {
   for (int u = 0; u < w.nblocks; ++u) {
@@ -395,7 +419,8 @@ __device__ __forceinline__ void produce_e4m3(const AttnParams& p, const AttnWork
     if (!kSparse && page < 0 && t == 0) raise_error(p.error_flags, kDeviceErrorBlockId);
     if (page >= 0) {
       const int valid = blk == w.tail_block ? w.tail_valid : kAttnKeys;
-      convert_e4m3_block(p, page, w.g, valid, sK + s * kTile16Bytes, sV + s * kTile16Bytes, t);
+      convert_e4m3_block<kTokenScales>(p, page, w.g, valid, sK + s * kTile16Bytes,
+                                       sV + s * kTile16Bytes, t);
       sm90::fence_async_shared();
     }
     sm90::named_sync(1, 128);
@@ -504,10 +529,11 @@ __device__ __forceinline__ void write_rows(const AttnParams& p, const AttnWork& 
   }
 }
 
-template <sm90::Mma16 kMma, bool kE4M3, bool kSparse>
+template <sm90::Mma16 kMma, bool kE4M3, bool kSparse, bool kTokenScales = false>
 __global__ void __launch_bounds__(kAttnThreads, 1)
     prefill_attention_sm90_kernel(const __grid_constant__ CUtensorMap k_map,
                                   const __grid_constant__ CUtensorMap v_map, const AttnParams p) {
+  static_assert(kE4M3 || !kTokenScales, "per-token-head scales come with e4m3 caches");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem =
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
@@ -565,7 +591,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
   if (wg == 0) {
     if constexpr (kE4M3) {
       sm90::regs_dealloc<56>();
-      produce_e4m3<kSparse>(p, w, ss, sK, sV, t);
+      produce_e4m3<kSparse, kTokenScales>(p, w, ss, sK, sV, t);
     } else {
       sm90::regs_dealloc<32>();
       if (t < 32) produce_tma<kSparse>(k_map, v_map, p, w, ss, sK, sV, t);

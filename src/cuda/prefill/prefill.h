@@ -46,7 +46,7 @@ Status run_index_scores(const detail::IndexTopkProblem& pb, float* scores, void*
 using detail::AttentionProblem;  // the prefill and dense forms
 
 // Whether the tensor-core attention serves this problem: head dim and block size 128, 8 or 16 q
-// heads per KV head, q bf16 with a bf16 or e4m3 cache (scale none or per layer) or q f16 with an
+// heads per KV head, q bf16 with a bf16 or e4m3 cache (e4m3: any scale mode) or q f16 with an
 // f16 cache, out q's dtype or f32, TMA-readable 16-bit caches and 16-byte aligned q rows, top-k
 // width * tokens per tile <= 256 (sparse), and on average at least kAttnMinRowsPerRequest rows per
 // request (decode-like batches keep the split-KV kernels) unless the call is batch invariant.
