@@ -160,7 +160,8 @@ __device__ __forceinline__ void store_bf16x16(uint8_t* dst, int slot, int word, 
 // producer latency-bound.
 template <bool kTokenScales>
 __device__ __forceinline__ void convert_e4m3_block(const AttnParams& p, int64_t page, int g,
-                                                   int valid, uint8_t* dk, uint8_t* dv, int t) {
+                                                   int k_valid, int valid, uint8_t* dk, uint8_t* dv,
+                                                   int t) {
   const uint8_t* k_src = p.k8 + page * p.k_stride[0] + g * p.k_stride[1];
   const uint8_t* v_src = p.v8 + page * p.v_stride[0] + g * p.v_stride[1];
   // Words of each side per round: 16 registers (4 spill in 56; 2 with the scales beside them).
@@ -177,7 +178,7 @@ __device__ __forceinline__ void convert_e4m3_block(const AttnParams& p, int64_t 
 #pragma unroll
     for (int i = 0; i < kRound; ++i) {
       const int slot = slot0 + kSlotsPerPass * i;
-      kw[i] = ld_raw_v4(k_src + slot * p.k_stride[2]);
+      kw[i] = slot < k_valid ? ld_raw_v4(k_src + slot * p.k_stride[2]) : make_uint4(0, 0, 0, 0);
       vw[i] = slot < valid ? ld_raw_v4(v_src + slot * p.v_stride[2]) : make_uint4(0, 0, 0, 0);
       if constexpr (kTokenScales) {
         const int64_t cache_slot = page * kAttnKeys + slot;
@@ -193,6 +194,40 @@ __device__ __forceinline__ void convert_e4m3_block(const AttnParams& p, int64_t 
       store_bf16x16<kTokenScales>(dv, slot0 + kSlotsPerPass * i, word, vw[i], vs[i]);
     }
   }
+}
+
+// softmax_step without the rescale of o: returns the factors in corr, for a caller whose P.V of
+// the previous block is still in flight on o.
+__device__ __forceinline__ void softmax_step_deferred(float (&s)[64], float (&m)[2], float (&l)[2],
+                                                      float (&corr)[2], int t, int lim0, int lim1,
+                                                      float scale_log2) {
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    const int h = (i >> 1) & 1;
+    const bool vis = sm90::acc_col(t, i) <= (h ? lim1 : lim0);
+    s[i] = vis ? s[i] * scale_log2 : -INFINITY;
+    mx[h] = fmaxf(mx[h], s[i]);
+  }
+  float neg_m[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFFu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFFu, mx[h], 2));
+    const float m_new = fmaxf(m[h], mx[h]);
+    corr[h] = m_new == -INFINITY ? 1.0f : exp2f(m[h] - m_new);
+    neg_m[h] = m_new == -INFINITY ? 0.0f : -m_new;
+    m[h] = m_new;
+  }
+  float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    const int h = (i >> 1) & 1;
+    s[i] = exp2f(s[i] + neg_m[h]);
+    sum[h] += s[i];
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) l[h] = l[h] * corr[h] + sum[h];
 }
 
 // Online-softmax step of one block for this thread's two rows. s: the block's logits (raw dot
@@ -368,6 +403,14 @@ __device__ __forceinline__ void produce_tma(const CUtensorMap& k_map, const CUte
     if (lane == 0) ss->stage_page[s] = page;
     __syncwarp();
     if (page < 0) {
+      // A dropped block's tiles are zeros: a consumer that masks it whole (the dense pipeline)
+      // still multiplies them.
+      for (int c = lane; c < 2 * kTile16Bytes / 16; c += 32) {
+        uint8_t* d = c < kTile16Bytes / 16 ? dk + 16 * c : dv + 16 * (c - kTile16Bytes / 16);
+        *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+      }
+      sm90::fence_async_shared();
+      __syncwarp();
       if (lane == 0) {
         sm90::barrier_arrive(&ss->full_k[s]);
         sm90::barrier_arrive(&ss->full_v[s]);
@@ -417,12 +460,12 @@ __device__ __forceinline__ void produce_e4m3(const AttnParams& p, const AttnWork
     int64_t blk = u;
     const int32_t page = entry_page<kSparse>(p, w, ss, u, blk);
     if (!kSparse && page < 0 && t == 0) raise_error(p.error_flags, kDeviceErrorBlockId);
-    if (page >= 0) {
-      const int valid = blk == w.tail_block ? w.tail_valid : kAttnKeys;
-      convert_e4m3_block<kTokenScales>(p, page, w.g, valid, sK + s * kTile16Bytes,
-                                       sV + s * kTile16Bytes, t);
-      sm90::fence_async_shared();
-    }
+    // A dropped block (page < 0) converts no slot: its tiles are zeros.
+    const int valid = page < 0 ? 0 : blk == w.tail_block ? w.tail_valid : kAttnKeys;
+    const int k_valid = page < 0 ? 0 : kAttnKeys;
+    convert_e4m3_block<kTokenScales>(p, page < 0 ? 0 : page, w.g, k_valid, valid,
+                                     sK + s * kTile16Bytes, sV + s * kTile16Bytes, t);
+    sm90::fence_async_shared();
     sm90::named_sync(1, 128);
     if (t == 0) {
       ss->stage_page[s] = page;
@@ -485,6 +528,94 @@ __device__ __forceinline__ void consume_block(AttnRows& r, float (&s_acc)[64], u
   sm90::mma_commit();
   sm90::mma_wait<0>();
   sm90::fence_acc(r.o);
+}
+
+// Dense consumer loop with the softmax overlapping the tensor cores (FA3's intra-warpgroup
+// pipelining): per block j, S_j = Q K_j^T and O += P_{j-1} V_{j-1} are both issued, the softmax
+// of S_j runs while P.V does, and O is rescaled by block j's factor once P.V completes. Every
+// block is live for every row (dense); a dropped page was zero-filled by the producer and is
+// masked for all rows. No branch separates an issue from its wait.
+template <sm90::Mma16 kMma>
+__device__ __forceinline__ void consume_dense_pipelined(AttnRows& r, const AttnWork& w,
+                                                        AttnSmem* ss, uint32_t q_addr,
+                                                        uint32_t k_base, uint32_t v_base, int t,
+                                                        float scale_log2) {
+  float s_acc[64];
+  uint32_t pa[8][4];
+  auto issue_qk = [&](int u) {
+    const uint32_t kt = k_base + static_cast<uint32_t>((u % kAttnStages) * kTile16Bytes);
+    sm90::fence_acc(s_acc);
+    sm90::mma_begin();
+#pragma unroll
+    for (int kk = 0; kk < kAttnDim / 16; ++kk) {
+      sm90::mma_ss<kMma, false>(sm90::kmajor16_desc(q_addr, kAttnRows, kk),
+                                sm90::kmajor16_desc(kt, kAttnKeys, kk), s_acc,
+                                kk == 0 ? sm90::gmma::ScaleOut::Zero : sm90::gmma::ScaleOut::One);
+    }
+    sm90::mma_commit();
+  };
+  auto issue_pv = [&](int u) {
+    const uint32_t vt = v_base + static_cast<uint32_t>((u % kAttnStages) * kTile16Bytes);
+    sm90::fence_acc(r.o);
+    sm90::mma_begin();
+#pragma unroll
+    for (int kk = 0; kk < kAttnKeys / 16; ++kk) {
+      sm90::mma_rs<kMma>(pa[kk], sm90::mnmajor16_desc(vt, kAttnKeys, kk), r.o);
+    }
+    sm90::mma_commit();
+  };
+  auto limits = [&](int u, int(&lim)[2]) {
+    const bool usable = ss->stage_page[u % kAttnStages] >= 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      lim[h] = r.live[h] && usable ? (u == w.own ? r.own_lim[h] : kAttnKeys - 1) : -1;
+    }
+  };
+  auto pack = [&]() {
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        pa[kk][j] = sm90::pack2<kMma>(s_acc[8 * kk + 2 * j], s_acc[8 * kk + 2 * j + 1]);
+    }
+  };
+  auto phase = [](int u) { return static_cast<uint32_t>((u / kAttnStages) & 1); };
+
+  sm90::barrier_wait(&ss->full_k[0], 0);
+  issue_qk(0);
+  sm90::mma_wait<0>();
+  sm90::fence_acc(s_acc);
+  {
+    int lim[2];
+    limits(0, lim);
+    float corr[2];
+    softmax_step_deferred(s_acc, r.m, r.l, corr, t, lim[0], lim[1], scale_log2);
+    pack();
+  }
+  for (int u = 1; u < w.nblocks; ++u) {
+    sm90::barrier_wait(&ss->full_k[u % kAttnStages], phase(u));
+    issue_qk(u);
+    sm90::barrier_wait(&ss->full_v[(u - 1) % kAttnStages], phase(u - 1));
+    issue_pv(u - 1);
+    sm90::mma_wait<1>();
+    sm90::fence_acc(s_acc);
+    int lim[2];
+    limits(u, lim);
+    float corr[2];
+    softmax_step_deferred(s_acc, r.m, r.l, corr, t, lim[0], lim[1], scale_log2);
+    sm90::mma_wait<0>();
+    sm90::fence_acc(r.o);
+    sm90::barrier_arrive(&ss->empty[(u - 1) % kAttnStages]);
+#pragma unroll
+    for (int i = 0; i < 64; ++i) r.o[i] *= corr[(i >> 1) & 1];
+    pack();
+  }
+  const int last = w.nblocks - 1;
+  sm90::barrier_wait(&ss->full_v[last % kAttnStages], phase(last));
+  issue_pv(last);
+  sm90::mma_wait<0>();
+  sm90::fence_acc(r.o);
+  sm90::barrier_arrive(&ss->empty[last % kAttnStages]);
 }
 
 // Epilogue: O / l (times the V scale) and the LSE of this thread's live rows, -0 written as +0.
@@ -627,6 +758,11 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
   // the normalised output.
   const float scale_log2 = p.k_scale != nullptr ? p.scale_log2 * *p.k_scale : p.scale_log2;
   const float v_scale = p.v_scale != nullptr ? *p.v_scale : 1.0f;
+  if constexpr (!kSparse) {
+    consume_dense_pipelined<kMma>(r, w, ss, q_addr, k_base, v_base, t, scale_log2);
+    write_rows(p, w, r, r0, t, v_scale);
+    return;
+  }
   float s_acc[64];
 
   for (int u = 0; u < w.nblocks; ++u) {
