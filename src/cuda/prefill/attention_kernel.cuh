@@ -760,29 +760,28 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
   const float v_scale = p.v_scale != nullptr ? *p.v_scale : 1.0f;
   if constexpr (!kSparse) {
     consume_dense_pipelined<kMma>(r, w, ss, q_addr, k_base, v_base, t, scale_log2);
-    write_rows(p, w, r, r0, t, v_scale);
-    return;
-  }
-  float s_acc[64];
+  } else {
+    float s_acc[64];
 
-  for (int u = 0; u < w.nblocks; ++u) {
-    const int s = u % kAttnStages;
-    const uint32_t phase = (u / kAttnStages) & 1;
-    int64_t blk = u;
-    uint32_t mask = 0xFFFFFFFFu;
-    if constexpr (kSparse) {
-      blk = ss->union_block[u];
-      mask = ss->union_mask[u];
+    for (int u = 0; u < w.nblocks; ++u) {
+      const int s = u % kAttnStages;
+      const uint32_t phase = (u / kAttnStages) & 1;
+      int64_t blk = u;
+      uint32_t mask = 0xFFFFFFFFu;
+      if constexpr (kSparse) {
+        blk = ss->union_block[u];
+        mask = ss->union_mask[u];
+      }
+      sm90::barrier_wait(&ss->full_k[s], phase);
+      if ((mask & wg_tokens) != 0 && ss->stage_page[s] >= 0) {
+        consume_block<kMma>(r, s_acc, q_addr, k_base + static_cast<uint32_t>(s * kTile16Bytes),
+                            v_base + static_cast<uint32_t>(s * kTile16Bytes), &ss->full_v[s], phase,
+                            mask, blk == w.own, t, scale_log2);
+      } else {
+        sm90::barrier_wait(&ss->full_v[s], phase);  // a skipped stage is released after its data
+      }
+      sm90::barrier_arrive(&ss->empty[s]);
     }
-    sm90::barrier_wait(&ss->full_k[s], phase);
-    if ((mask & wg_tokens) != 0 && ss->stage_page[s] >= 0) {
-      consume_block<kMma>(r, s_acc, q_addr, k_base + static_cast<uint32_t>(s * kTile16Bytes),
-                          v_base + static_cast<uint32_t>(s * kTile16Bytes), &ss->full_v[s], phase,
-                          mask, blk == w.own, t, scale_log2);
-    } else {
-      sm90::barrier_wait(&ss->full_v[s], phase);  // a skipped stage is released after its data
-    }
-    sm90::barrier_arrive(&ss->empty[s]);
   }
   write_rows(p, w, r, r0, t, v_scale);
 }
