@@ -202,6 +202,20 @@ void batch_metadata(const Case& c, int pool, std::vector<int32_t>* table,
   }
 }
 
+// The packed cache [pool, 1, 128, 2 x 128] over `kv`, with per-layer scales (K's at
+// layer_scales[0], V's at [1]) when layer_scales is not null.
+msa::Status packed_cache(void* kv, msa::DType dtype, int pool, float* layer_scales,
+                         const msa::Device& dev, msa::KvCacheView* cache) {
+  msa::Status st = msa::make_packed_kv_cache(
+      msa::make_tensor(kv, dtype, {pool, 1, kBlock, 2 * kDim}, dev), cache);
+  if (st.ok() && layer_scales != nullptr) {
+    st = msa::set_kv_scales(cache, msa::KvScaleMode::kPerLayer,
+                            msa::make_tensor(layer_scales, msa::DType::kF32, {1}, dev),
+                            msa::make_tensor(layer_scales + 1, msa::DType::kF32, {1}, dev));
+  }
+  return st;
+}
+
 // Each run_* builds one problem; in MSA_AB_WARM_CODE mode the first builds a second, identical one
 // (its own buffers) and times it with its own op as the warm-up.
 bool run_index(const Case& c, cudaStream_t s, const Flush& fl,
@@ -409,13 +423,7 @@ bool run_step(const Case& c, cudaStream_t s, const Flush& fl,
   AB_CHECK(cudaMemcpy(slots, slot.data(), slot.size() * 4, cudaMemcpyHostToDevice));
   const msa::Device dev = msa::Device::cuda(0);
   msa::KvCacheView cache;
-  msa::Status st =
-      msa::make_packed_kv_cache(msa::make_tensor(kv, cd, {pool, 1, kBlock, 2 * kDim}, dev), &cache);
-  if (st.ok() && c.fp8) {
-    st = msa::set_kv_scales(&cache, msa::KvScaleMode::kPerLayer,
-                            msa::make_tensor(scales, msa::DType::kF32, {1}, dev),
-                            msa::make_tensor(scales + 1, msa::DType::kF32, {1}, dev));
-  }
+  msa::Status st = packed_cache(kv, cd, pool, c.fp8 ? scales : nullptr, dev, &cache);
   if (!st.ok()) {
     std::printf("step: cache: %s\n", st.message().c_str());
     return false;
@@ -531,13 +539,7 @@ bool run_prefill(const Case& c, bool sparse, cudaStream_t s, const Flush& fl) {
   }
   const msa::Device dev = msa::Device::cuda(0);
   msa::KvCacheView cache;
-  msa::Status st =
-      msa::make_packed_kv_cache(msa::make_tensor(kv, cd, {pool, 1, kBlock, 2 * kDim}, dev), &cache);
-  if (st.ok() && c.fp8) {
-    st = msa::set_kv_scales(&cache, msa::KvScaleMode::kPerLayer,
-                            msa::make_tensor(scales, msa::DType::kF32, {1}, dev),
-                            msa::make_tensor(scales + 1, msa::DType::kF32, {1}, dev));
-  }
+  msa::Status st = packed_cache(kv, cd, pool, c.fp8 ? scales : nullptr, dev, &cache);
   if (!st.ok()) {
     std::printf("prefill: cache: %s\n", st.message().c_str());
     return false;
