@@ -202,6 +202,20 @@ void batch_metadata(const Case& c, int pool, std::vector<int32_t>* table,
   }
 }
 
+// The packed cache [pool, 1, 128, 2 x 128] over `kv`, with per-layer scales (K's at
+// layer_scales[0], V's at [1]) when layer_scales is not null.
+msa::Status packed_cache(void* kv, msa::DType dtype, int pool, float* layer_scales,
+                         const msa::Device& dev, msa::KvCacheView* cache) {
+  msa::Status st = msa::make_packed_kv_cache(
+      msa::make_tensor(kv, dtype, {pool, 1, kBlock, 2 * kDim}, dev), cache);
+  if (st.ok() && layer_scales != nullptr) {
+    st = msa::set_kv_scales(cache, msa::KvScaleMode::kPerLayer,
+                            msa::make_tensor(layer_scales, msa::DType::kF32, {1}, dev),
+                            msa::make_tensor(layer_scales + 1, msa::DType::kF32, {1}, dev));
+  }
+  return st;
+}
+
 // Each run_* builds one problem; in MSA_AB_WARM_CODE mode the first builds a second, identical one
 // (its own buffers) and times it with its own op as the warm-up.
 bool run_index(const Case& c, cudaStream_t s, const Flush& fl,
@@ -409,13 +423,7 @@ bool run_step(const Case& c, cudaStream_t s, const Flush& fl,
   AB_CHECK(cudaMemcpy(slots, slot.data(), slot.size() * 4, cudaMemcpyHostToDevice));
   const msa::Device dev = msa::Device::cuda(0);
   msa::KvCacheView cache;
-  msa::Status st =
-      msa::make_packed_kv_cache(msa::make_tensor(kv, cd, {pool, 1, kBlock, 2 * kDim}, dev), &cache);
-  if (st.ok() && c.fp8) {
-    st = msa::set_kv_scales(&cache, msa::KvScaleMode::kPerLayer,
-                            msa::make_tensor(scales, msa::DType::kF32, {1}, dev),
-                            msa::make_tensor(scales + 1, msa::DType::kF32, {1}, dev));
-  }
+  msa::Status st = packed_cache(kv, cd, pool, c.fp8 ? scales : nullptr, dev, &cache);
   if (!st.ok()) {
     std::printf("step: cache: %s\n", st.message().c_str());
     return false;
@@ -485,6 +493,163 @@ bool run_step(const Case& c, cudaStream_t s, const Flush& fl,
     return run_step(c, s, fl, &warm_op);
   }
   return time_op("step", c, s, fl, op, hash, warm);
+}
+
+// One prompt of c.ctx tokens (no prefix) through prefill attention: dense (layers 0-2) or sparse
+// over a synthetic top-k (the own block and up to 15 other visible blocks at random: neighbouring
+// tokens share few blocks, the sparse kernel's worst case). fp8: e4m3 K/V with per-layer scales.
+bool run_prefill(const Case& c, bool sparse, cudaStream_t s, const Flush& fl) {
+  const int nb = c.ctx / kBlock, T = c.ctx, pool = nb + 8;
+  const size_t es = c.fp8 ? 1 : 2;
+  const size_t kv_elems = static_cast<size_t>(pool) * kBlock * 2 * kDim;
+  const msa::DType cd = c.fp8 ? msa::DType::kE4M3 : msa::DType::kBF16;
+  Buffers b;
+  void *kv, *q, *out;
+  float* scales;
+  int32_t *bt, *sl, *cu, *tk = nullptr;
+  const size_t rows_bytes = static_cast<size_t>(T) * kQHeads * kDim * 2;
+  if (!b.alloc(&kv, kv_elems * es) || !b.alloc(&q, rows_bytes) || !b.alloc(&out, rows_bytes) ||
+      !b.alloc(&scales, 2 * 4) || !b.alloc(&bt, static_cast<size_t>(nb) * 4) || !b.alloc(&sl, 4) ||
+      !b.alloc(&cu, 2 * 4) || (sparse && !b.alloc(&tk, static_cast<size_t>(T) * kTopk * 4))) {
+    std::printf("prefill: allocation failed\n");
+    return false;
+  }
+  fill<<<1024, 256>>>(kv, kv_elems, 1, c.fp8);
+  fill<<<1024, 256>>>(q, static_cast<size_t>(T) * kQHeads * kDim, 3, false);
+  fill_f32<<<1, 32>>>(scales, 2, 0.0625f);
+  std::vector<int32_t> table, lens;
+  batch_metadata(c, pool, &table, &lens);
+  const int32_t cu_host[2] = {0, T};
+  AB_CHECK(cudaMemcpy(bt, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  AB_CHECK(cudaMemcpy(sl, lens.data(), 4, cudaMemcpyHostToDevice));
+  AB_CHECK(cudaMemcpy(cu, cu_host, sizeof(cu_host), cudaMemcpyHostToDevice));
+  if (sparse) {
+    std::vector<int32_t> ids(static_cast<size_t>(T) * kTopk, -1);
+    std::mt19937 rng(13);
+    for (int t = 0; t < T; ++t) {
+      const int own = t / kBlock;
+      std::vector<int32_t> pick{own};
+      for (int j = 0; j < own; ++j) pick.push_back(j);
+      std::shuffle(pick.begin() + 1, pick.end(), rng);
+      pick.resize(std::min<size_t>(pick.size(), kTopk));
+      std::sort(pick.begin(), pick.end());
+      std::copy(pick.begin(), pick.end(), ids.begin() + static_cast<int64_t>(t) * kTopk);
+    }
+    AB_CHECK(cudaMemcpy(tk, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+  }
+  const msa::Device dev = msa::Device::cuda(0);
+  msa::KvCacheView cache;
+  msa::Status st = packed_cache(kv, cd, pool, c.fp8 ? scales : nullptr, dev, &cache);
+  if (!st.ok()) {
+    std::printf("prefill: cache: %s\n", st.message().c_str());
+    return false;
+  }
+  const msa::TensorView qv = msa::make_tensor(q, msa::DType::kBF16, {T, kQHeads, kDim}, dev);
+  const msa::TensorView ov = msa::make_tensor(out, msa::DType::kBF16, {T, kQHeads, kDim}, dev);
+  const msa::TensorView btv = msa::make_tensor(bt, msa::DType::kI32, {1, nb}, dev);
+  const msa::TensorView slv = msa::make_tensor(sl, msa::DType::kI32, {1}, dev);
+  const msa::TensorView cuv = msa::make_tensor(cu, msa::DType::kI32, {2}, dev);
+  msa::DenseAttentionArgs dense;
+  dense.q = qv;
+  dense.kv_cache = cache;
+  dense.block_table = btv;
+  dense.cu_seqlens_q = cuv;
+  dense.seq_lens = slv;
+  dense.out = ov;
+  msa::SparseAttentionPrefillArgs sp;
+  sp.q = qv;
+  sp.kv_cache = cache;
+  sp.block_table = btv;
+  sp.cu_seqlens_q = cuv;
+  sp.seq_lens = slv;
+  if (sparse) sp.topk = msa::make_tensor(tk, msa::DType::kI32, {1, T, kTopk}, dev);
+  sp.out = ov;
+  size_t ws_bytes = 0;
+  st = sparse ? msa::workspace_size(sp, &ws_bytes) : msa::workspace_size(dense, &ws_bytes);
+  void* ws;
+  if (!st.ok() || !b.alloc(&ws, ws_bytes + 256)) {
+    std::printf("prefill: workspace: %s\n", st.message().c_str());
+    return false;
+  }
+  const msa::Stream stream{s, 0};
+  const char* name = sparse ? "sparse_prefill" : "dense_prefill";
+  auto op = [&] {
+    const msa::Workspace w{ws, ws_bytes};
+    const msa::Status r = sparse ? msa::run(sp, w, stream) : msa::run(dense, w, stream);
+    if (!r.ok()) std::printf("%s: %s\n", name, r.message().c_str());
+    return r.ok();
+  };
+  auto hash = [&](uint64_t* h) {
+    std::vector<unsigned char> host(rows_bytes);
+    AB_CHECK(cudaMemcpy(host.data(), out, rows_bytes, cudaMemcpyDeviceToHost));
+    *h = fnv(host.data(), host.size());
+    return true;
+  };
+  return time_op(name, c, s, fl, op, hash, nullptr);
+}
+
+// One prompt of c.ctx tokens (no prefix) through the prefill index top-k (scores + select) over
+// random index keys; bf16, or e4m3 index_q and keys.
+bool run_index_prefill(const Case& c, cudaStream_t s, const Flush& fl) {
+  const int nb = c.ctx / kBlock, T = c.ctx, pool = nb + 8;
+  const size_t es = c.fp8 ? 1 : 2;
+  const size_t key_elems = static_cast<size_t>(pool) * kBlock * kDim;
+  const msa::DType cd = c.fp8 ? msa::DType::kE4M3 : msa::DType::kBF16;
+  Buffers b;
+  void *keys, *iq;
+  int32_t *bt, *sl, *cu, *tk;
+  const size_t topk_bytes = static_cast<size_t>(T) * kTopk * 4;
+  if (!b.alloc(&keys, key_elems * es) || !b.alloc(&iq, static_cast<size_t>(T) * kDim * es) ||
+      !b.alloc(&bt, static_cast<size_t>(nb) * 4) || !b.alloc(&sl, 4) || !b.alloc(&cu, 2 * 4) ||
+      !b.alloc(&tk, topk_bytes)) {
+    std::printf("index_prefill: allocation failed\n");
+    return false;
+  }
+  fill<<<1024, 256>>>(keys, key_elems, 5, c.fp8);
+  fill<<<1024, 256>>>(iq, static_cast<size_t>(T) * kDim, 7, c.fp8);
+  std::vector<int32_t> table, lens;
+  batch_metadata(c, pool, &table, &lens);
+  const int32_t cu_host[2] = {0, T};
+  AB_CHECK(cudaMemcpy(bt, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  AB_CHECK(cudaMemcpy(sl, lens.data(), 4, cudaMemcpyHostToDevice));
+  AB_CHECK(cudaMemcpy(cu, cu_host, sizeof(cu_host), cudaMemcpyHostToDevice));
+  const msa::Device dev = msa::Device::cuda(0);
+  msa::IndexTopkPrefillArgs a;
+  a.index_q = msa::make_tensor(iq, cd, {T, 1, kDim}, dev);
+  a.index_cache = msa::make_tensor(keys, cd, {pool, kBlock, kDim}, dev);
+  a.block_table = msa::make_tensor(bt, msa::DType::kI32, {1, nb}, dev);
+  a.cu_seqlens_q = msa::make_tensor(cu, msa::DType::kI32, {2}, dev);
+  a.seq_lens = msa::make_tensor(sl, msa::DType::kI32, {1}, dev);
+  a.topk_out = msa::make_tensor(tk, msa::DType::kI32, {1, T, kTopk}, dev);
+  size_t ws_bytes = 0;
+  msa::Status st = msa::workspace_size(a, &ws_bytes);
+  void* ws;
+  if (!st.ok() || !b.alloc(&ws, ws_bytes + 256)) {
+    std::printf("index_prefill: workspace: %s\n", st.message().c_str());
+    return false;
+  }
+  const msa::Stream stream{s, 0};
+  auto op = [&] {
+    const msa::Status r = msa::run(a, msa::Workspace{ws, ws_bytes}, stream);
+    if (!r.ok()) std::printf("index_prefill: %s\n", r.message().c_str());
+    return r.ok();
+  };
+  auto hash = [&](uint64_t* h) {
+    std::vector<unsigned char> host(topk_bytes);
+    AB_CHECK(cudaMemcpy(host.data(), tk, topk_bytes, cudaMemcpyDeviceToHost));
+    *h = fnv(host.data(), host.size());
+    return true;
+  };
+  return time_op("index_prefill", c, s, fl, op, hash, nullptr);
+}
+
+// Prefill cases: one prompt of 4K-64K tokens (the query length is the prompt), both dtypes.
+std::vector<Case> prefill_cases() {
+  std::vector<Case> cases;
+  for (bool fp8 : {false, true}) {
+    for (int ctx : {4096, 16384, 65536}) cases.push_back({ctx, 1, ctx, fp8, false});
+  }
+  return cases;
 }
 
 // Index cases: batch 1-64 over 8K-512K, uniform and (where lengths can differ) ragged, both
@@ -605,6 +770,7 @@ std::vector<Case> attention_layer_cases() {
 int main(int argc, char** argv) {
   // OPS: "all" or a comma-separated list of known ops; anything else is a usage error.
   bool index = false, attention = false, step = false, shapes = false, layer = false;
+  bool dense_prefill = false, sparse_prefill = false, index_prefill = false;
   bool ops_ok = argc == 1 || argc == 2 || argc == 5;
   std::string ops = argc > 1 ? argv[1] : "all";
   for (size_t begin = 0; ops_ok && begin <= ops.size();) {
@@ -622,6 +788,12 @@ int main(int argc, char** argv) {
       shapes = true;
     } else if (op == "attention-layer") {
       layer = true;
+    } else if (op == "dense-prefill") {
+      dense_prefill = true;
+    } else if (op == "sparse-prefill") {
+      sparse_prefill = true;
+    } else if (op == "index-prefill") {
+      index_prefill = true;
     } else {
       ops_ok = false;
     }
@@ -643,12 +815,14 @@ int main(int argc, char** argv) {
   for (const auto& [wanted, cases] :
        {std::make_pair(index, index_cases()), std::make_pair(shapes, index_shape_cases()),
         std::make_pair(attention, attention_cases()),
-        std::make_pair(layer, attention_layer_cases()), std::make_pair(step, step_cases())}) {
+        std::make_pair(layer, attention_layer_cases()), std::make_pair(step, step_cases()),
+        std::make_pair(dense_prefill || sparse_prefill || index_prefill, prefill_cases())}) {
     if (wanted) matching += static_cast<int>(std::count_if(cases.begin(), cases.end(), selected));
   }
   if (!ops_ok || matching == 0) {
     std::printf(
-        "usage: op_ab [all|index,index-shapes,attention,attention-layer,step]"
+        "usage: op_ab [all|index,index-shapes,attention,attention-layer,step,dense-prefill,"
+        "sparse-prefill,index-prefill]"
         " [CTX BATCH QLEN] (environment: MSA_AB_DTYPE=bf16|fp8)%s\n",
         ops_ok ? " (no case of these ops has that shape)" : "");
     return 2;
@@ -686,6 +860,18 @@ int main(int argc, char** argv) {
   if (step) {
     for (const Case& c : step_cases()) {
       if (selected(c) && !run_step(c, s, fl)) return 1;
+    }
+  }
+  for (const auto& [wanted, sparse] :
+       {std::make_pair(dense_prefill, false), std::make_pair(sparse_prefill, true)}) {
+    if (!wanted) continue;
+    for (const Case& c : prefill_cases()) {
+      if (selected(c) && !run_prefill(c, sparse, s, fl)) return 1;
+    }
+  }
+  if (index_prefill) {
+    for (const Case& c : prefill_cases()) {
+      if (selected(c) && !run_index_prefill(c, s, fl)) return 1;
     }
   }
   return 0;

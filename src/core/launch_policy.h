@@ -1,6 +1,7 @@
 // Launch policy of the CUDA decode path as pure host functions of the problem's shape and the
 // device's SM count: how the indexer's blocks are cut among CTAs and how sparse attention is
-// split along its selected blocks. Nothing here
+// split along its selected blocks; and which prefill calls take the tensor-core kernels by
+// default. Nothing here
 // reads device memory or calls CUDA, so the decisions are unit-tested on the CPU (and the
 // exact-coverage helpers below are what the kernels compute from blockIdx).
 //
@@ -10,6 +11,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+
+#include "msa/cache.h"
+#include "msa/types.h"
 
 // The balanced indexer mapping's helpers run in the score kernel too.
 #if defined(__CUDACC__)
@@ -379,6 +384,37 @@ inline BlockRange attention_split_subtiles(const AttnLaunchPlan& p, int64_t spli
   const int64_t begin = split * p.subtiles_per_split;
   return BlockRange{std::min(begin, max_subtiles),
                     std::min(begin + p.subtiles_per_split, max_subtiles)};
+}
+
+// ---- Prefill: tensor-core kernels or CUDA-core kernels ----
+
+// What the environment variable MSA_CUDA_PREFILL asks for (docs/api.md, kernel choice): "tc"
+// takes the tensor-core prefill kernels wherever they apply, "simt" never does (the CUDA-core
+// kernels, for comparison and as a workaround); unset (null) or any other value gives kDefault.
+enum class PrefillChoice { kDefault, kTensorCores, kSimt };
+
+inline PrefillChoice parse_prefill_choice(const char* value) {
+  if (value != nullptr && std::strcmp(value, "tc") == 0) return PrefillChoice::kTensorCores;
+  if (value != nullptr && std::strcmp(value, "simt") == 0) return PrefillChoice::kSimt;
+  return PrefillChoice::kDefault;
+}
+
+// Whether a prefill attention call that the tensor-core kernel supports takes it under `choice`.
+// By default it does, except over e4m3 caches for sparse attention, which ran at 0.5x and 0.3x
+// the CUDA-core kernels' speed at 16K and 64K prompts on an H100
+// (bench/results/2026-12-05-d14530c-prefill-tc-first.md) before 69c04e9 let its e4m3 producer
+// keep several loads in flight, and with per-token-head scales, whose tensor-core path has not
+// run on a GPU: choose again once both are measured.
+inline bool prefill_attention_takes_tensor_cores(PrefillChoice choice, bool sparse,
+                                                 DType cache_dtype, KvScaleMode scale_mode) {
+  if (choice == PrefillChoice::kSimt) return false;
+  if (choice == PrefillChoice::kTensorCores) return true;
+  return !(cache_dtype == DType::kE4M3 && (sparse || scale_mode == KvScaleMode::kPerTokenHead));
+}
+
+// The same for the prefill index scorer: by default wherever it applies.
+inline bool prefill_index_takes_tensor_cores(PrefillChoice choice) {
+  return choice != PrefillChoice::kSimt;
 }
 
 }  // namespace detail

@@ -93,16 +93,9 @@ Status launch_for_dtype(const AttentionProblem& pb, const CUtensorMap& k_map,
 }  // namespace
 
 bool attention_supported(const AttentionProblem& pb) {
-  const PrefillChoice choice = prefill_choice();
-  if (choice == PrefillChoice::kSimt) return false;
   const KvCacheView& kv = pb.kv;
-  // Sparse attention over an e4m3 cache keeps the CUDA-core kernels unless asked for: the
-  // tensor-core kernel ran at 0.5x and 0.3x their speed at 16K and 64K prompts on an H100
-  // (bench/results/2026-12-05-d14530c-prefill-tc-first.md), before 69c04e9 let its e4m3
-  // producer keep several loads in flight; choose again once that is measured. Per-token-head
-  // scales likewise until their tensor-core cases have run on a GPU.
-  if (choice == PrefillChoice::kDefault && kv.k.dtype == DType::kE4M3 &&
-      (pb.sparse() || kv.scale_mode == KvScaleMode::kPerTokenHead))
+  if (!detail::prefill_attention_takes_tensor_cores(prefill_choice(), pb.sparse(), kv.k.dtype,
+                                                    kv.scale_mode))
     return false;
   if (pb.q.shape[2] != kAttnDim || kv.head_dim() != kAttnDim || kv.block_size() != kAttnKeys)
     return false;

@@ -181,9 +181,13 @@ __device__ __forceinline__ void convert_e4m3_block(const AttnParams& p, int64_t 
       kw[i] = slot < k_valid ? ld_raw_v4(k_src + slot * p.k_stride[2]) : make_uint4(0, 0, 0, 0);
       vw[i] = slot < valid ? ld_raw_v4(v_src + slot * p.v_stride[2]) : make_uint4(0, 0, 0, 0);
       if constexpr (kTokenScales) {
+        // A slot past the length may hold a NaN scale as well as NaN values: its V stays zero
+        // (0 * NaN would not), its K is masked.
         const int64_t cache_slot = page * kAttnKeys + slot;
         ks[i] = p.k_token_scale[g * p.k_token_stride[0] + cache_slot * p.k_token_stride[1]];
-        vs[i] = p.v_token_scale[g * p.v_token_stride[0] + cache_slot * p.v_token_stride[1]];
+        vs[i] = slot < valid
+                    ? p.v_token_scale[g * p.v_token_stride[0] + cache_slot * p.v_token_stride[1]]
+                    : 0.0f;
       } else {
         ks[i] = vs[i] = 1.0f;
       }

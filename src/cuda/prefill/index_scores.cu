@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "core/validate.h"
@@ -28,11 +27,8 @@ bool device_is_sm90() {
   return major == 9 && minor == 0;
 }
 
-PrefillChoice prefill_choice() {
-  const char* v = std::getenv("MSA_CUDA_PREFILL");
-  if (v != nullptr && std::strcmp(v, "tc") == 0) return PrefillChoice::kTensorCores;
-  if (v != nullptr && std::strcmp(v, "simt") == 0) return PrefillChoice::kSimt;
-  return PrefillChoice::kDefault;
+detail::PrefillChoice prefill_choice() {
+  return detail::parse_prefill_choice(std::getenv("MSA_CUDA_PREFILL"));
 }
 
 namespace {
@@ -83,7 +79,7 @@ Status launch_scores(const IndexProblem& pb, const IndexScoreParams& prm, dim3 g
 }  // namespace
 
 bool index_scores_supported(const IndexProblem& pb) {
-  if (prefill_choice() == PrefillChoice::kSimt) return false;
+  if (!detail::prefill_index_takes_tensor_cores(prefill_choice())) return false;
   if (pb.query_len != 0 || pb.head_dim() != kIndexDim || pb.block_size() != kIndexKeys)
     return false;
   const DType qt = pb.index_q.dtype, kt = pb.index_cache.dtype;

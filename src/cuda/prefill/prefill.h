@@ -9,6 +9,7 @@
 
 #include "core/attention_problem.h"
 #include "core/index_topk_problem.h"
+#include "core/launch_policy.h"
 #include "msa/attention.h"
 #include "msa/types.h"
 
@@ -19,12 +20,8 @@ namespace prefill {
 // Whether the current device runs sm_90a code (compute capability 9.0).
 bool device_is_sm90();
 
-// The kernel choice the environment variable MSA_CUDA_PREFILL asks for, read at every call: "tc"
-// takes the tensor-core prefill kernels wherever they apply, "simt" never does (the CUDA-core
-// kernels, for comparison and as a workaround); unset or any other value takes them wherever they
-// apply and were measured faster (attention_supported says where not). docs/api.md, kernel choice.
-enum class PrefillChoice { kDefault, kTensorCores, kSimt };
-PrefillChoice prefill_choice();
+// The kernel choice MSA_CUDA_PREFILL asks for, read at every call (core/launch_policy.h).
+detail::PrefillChoice prefill_choice();
 
 // ---- Index scores ----
 
