@@ -15,6 +15,11 @@
 // converting to bf16 exactly and storing in the swizzled layout. Warpgroups 1 and 2 own rows
 // 0-63 and 64-127: per block, S = Q K^T (wgmma, Q and K from shared memory), an online softmax
 // in fp32 in base 2, P rounded to the MMA type in registers, O += P V (wgmma, P from registers).
+// Two consumer loops (attn_pipelined picks one per instantiation): dense attention over a 16-bit
+// cache overlaps the softmax of block j with P.V of block j - 1 (consume_dense_pipelined); e4m3
+// caches and sparse attention take one block at a time (consume_block). The e4m3 dense path stays
+// on the sequential loop because the pipelined one measured slower there; its code is that of the
+// sequential kernel, producer included.
 //
 // A row only updates on blocks its token selected: for the other rows of a live warpgroup the
 // block's columns are masked to -inf and P is 0, so O, the row maximum and the row sum stay as
@@ -53,6 +58,12 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 constexpr int kTile16Bytes = kAttnKeys * kAttnDim * 2;  // one 16-bit K or V tile
+
+// Whether an instantiation's consumers run the pipelined dense loop (consume_dense_pipelined):
+// dense over a 16-bit cache only. Sparse blocks are skipped per warpgroup, which the pipeline
+// does not do; e4m3 caches keep the sequential loop (consume_block), measured faster there.
+// produce_tma zero-fills a dropped block's tiles exactly when its consumer is the pipelined one.
+constexpr bool attn_pipelined(bool e4m3, bool sparse) { return !e4m3 && !sparse; }
 
 struct AttnSmem {
   uint64_t full_k[kAttnStages];
@@ -160,8 +171,7 @@ __device__ __forceinline__ void store_bf16x16(uint8_t* dst, int slot, int word, 
 // producer latency-bound.
 template <bool kTokenScales>
 __device__ __forceinline__ void convert_e4m3_block(const AttnParams& p, int64_t page, int g,
-                                                   int k_valid, int valid, uint8_t* dk, uint8_t* dv,
-                                                   int t) {
+                                                   int valid, uint8_t* dk, uint8_t* dv, int t) {
   const uint8_t* k_src = p.k8 + page * p.k_stride[0] + g * p.k_stride[1];
   const uint8_t* v_src = p.v8 + page * p.v_stride[0] + g * p.v_stride[1];
   // Words of each side per round: 16 registers (4 spill in 56; 2 with the scales beside them).
@@ -178,7 +188,7 @@ __device__ __forceinline__ void convert_e4m3_block(const AttnParams& p, int64_t 
 #pragma unroll
     for (int i = 0; i < kRound; ++i) {
       const int slot = slot0 + kSlotsPerPass * i;
-      kw[i] = slot < k_valid ? ld_raw_v4(k_src + slot * p.k_stride[2]) : make_uint4(0, 0, 0, 0);
+      kw[i] = ld_raw_v4(k_src + slot * p.k_stride[2]);
       vw[i] = slot < valid ? ld_raw_v4(v_src + slot * p.v_stride[2]) : make_uint4(0, 0, 0, 0);
       if constexpr (kTokenScales) {
         // A slot past the length may hold a NaN scale as well as NaN values: its V stays zero
@@ -407,14 +417,16 @@ __device__ __forceinline__ void produce_tma(const CUtensorMap& k_map, const CUte
     if (lane == 0) ss->stage_page[s] = page;
     __syncwarp();
     if (page < 0) {
-      // A dropped block's tiles are zeros: a consumer that masks it whole (the dense pipeline)
-      // still multiplies them.
-      for (int c = lane; c < 2 * kTile16Bytes / 16; c += 32) {
-        uint8_t* d = c < kTile16Bytes / 16 ? dk + 16 * c : dv + 16 * (c - kTile16Bytes / 16);
-        *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+      if constexpr (attn_pipelined(false, kSparse)) {
+        // A dropped block's tiles are zeros: the pipelined consumer masks the block for every
+        // row but still multiplies its tiles (0 * NaN would be NaN). The sequential one skips it.
+        for (int c = lane; c < 2 * kTile16Bytes / 16; c += 32) {
+          uint8_t* d = c < kTile16Bytes / 16 ? dk + 16 * c : dv + 16 * (c - kTile16Bytes / 16);
+          *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+        }
+        sm90::fence_async_shared();
+        __syncwarp();
       }
-      sm90::fence_async_shared();
-      __syncwarp();
       if (lane == 0) {
         sm90::barrier_arrive(&ss->full_k[s]);
         sm90::barrier_arrive(&ss->full_v[s]);
@@ -464,12 +476,12 @@ __device__ __forceinline__ void produce_e4m3(const AttnParams& p, const AttnWork
     int64_t blk = u;
     const int32_t page = entry_page<kSparse>(p, w, ss, u, blk);
     if (!kSparse && page < 0 && t == 0) raise_error(p.error_flags, kDeviceErrorBlockId);
-    // A dropped block (page < 0) converts no slot: its tiles are zeros.
-    const int valid = page < 0 ? 0 : blk == w.tail_block ? w.tail_valid : kAttnKeys;
-    const int k_valid = page < 0 ? 0 : kAttnKeys;
-    convert_e4m3_block<kTokenScales>(p, page < 0 ? 0 : page, w.g, k_valid, valid,
-                                     sK + s * kTile16Bytes, sV + s * kTile16Bytes, t);
-    sm90::fence_async_shared();
+    if (page >= 0) {
+      const int valid = blk == w.tail_block ? w.tail_valid : kAttnKeys;
+      convert_e4m3_block<kTokenScales>(p, page, w.g, valid, sK + s * kTile16Bytes,
+                                       sV + s * kTile16Bytes, t);
+      sm90::fence_async_shared();
+    }
     sm90::named_sync(1, 128);
     if (t == 0) {
       ss->stage_page[s] = page;
@@ -537,8 +549,9 @@ __device__ __forceinline__ void consume_block(AttnRows& r, float (&s_acc)[64], u
 // Dense consumer loop with the softmax overlapping the tensor cores (FA3's intra-warpgroup
 // pipelining): per block j, S_j = Q K_j^T and O += P_{j-1} V_{j-1} are both issued, the softmax
 // of S_j runs while P.V does, and O is rescaled by block j's factor once P.V completes. Every
-// block is live for every row (dense); a dropped page was zero-filled by the producer and is
-// masked for all rows. No branch separates an issue from its wait.
+// block is live for every row (dense); a dropped page was zero-filled by produce_tma and is
+// masked for all rows. No branch separates an issue from its wait. 16-bit caches only
+// (attn_pipelined).
 template <sm90::Mma16 kMma>
 __device__ __forceinline__ void consume_dense_pipelined(AttnRows& r, const AttnWork& w,
                                                         AttnSmem* ss, uint32_t q_addr,
@@ -762,11 +775,10 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
   // the normalised output.
   const float scale_log2 = p.k_scale != nullptr ? p.scale_log2 * *p.k_scale : p.scale_log2;
   const float v_scale = p.v_scale != nullptr ? *p.v_scale : 1.0f;
-  if constexpr (!kSparse) {
+  if constexpr (attn_pipelined(kE4M3, kSparse)) {
     consume_dense_pipelined<kMma>(r, w, ss, q_addr, k_base, v_base, t, scale_log2);
   } else {
     float s_acc[64];
-
     for (int u = 0; u < w.nblocks; ++u) {
       const int s = u % kAttnStages;
       const uint32_t phase = (u / kAttnStages) & 1;
