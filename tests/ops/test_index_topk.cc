@@ -77,6 +77,10 @@ struct BatchSpec {
   // (as under prefix caching), instead of one page per block.
   int64_t page_pool = 0;
   bool exact = true;
+  // Every query and key has 16 in dim 0 and 0, +-1/16 or +-1/8 elsewhere: each score is 256 plus
+  // a multiple of 1/256 below 2 in magnitude, exact in fp32 in any order, while an accumulator
+  // that keeps ~14 bits below its largest term (fp8 wgmma) loses the remainder. With `exact`.
+  bool dominant = false;
   uint64_t seed = 1;
 };
 
@@ -90,6 +94,14 @@ struct Batch {
   TestTensor index_q, index_cache, block_table, seq_lens, cu_seqlens_q, topk_out, flags;
   oracle::IndexTopkInput oracle_in;
 };
+
+void fill_dominant(TestTensor& t, std::mt19937_64& rng) {
+  static constexpr double kSmall[] = {0.0, 0.0625, -0.0625, 0.125, -0.125};
+  std::uniform_int_distribution<int> pick(0, 4);
+  t.generate([&] { return kSmall[pick(rng)]; });
+  for (int64_t i = 0; i < t.shape()[0]; ++i)
+    for (int64_t j = 0; j < t.shape()[1]; ++j) t.set({i, j, 0}, 16.0);
+}
 
 void fill_values(TestTensor& t, std::mt19937_64& rng, bool exact) {
   if (!exact) {
@@ -138,13 +150,21 @@ Batch make_batch(const BatchSpec& spec, const Device& device) {
   b.index_q =
       TestTensor(spec.q_dtype, {b.rows, spec.heads, spec.head_dim}, {row_stride, spec.head_dim, 1},
                  std::max<int64_t>(b.rows, 1) * row_stride, device);
-  fill_values(b.index_q, rng, spec.exact);
+  if (spec.dominant) {
+    fill_dominant(b.index_q, rng);
+  } else {
+    fill_values(b.index_q, rng, spec.exact);
+  }
   const int64_t key_stride = spec.head_dim + spec.key_pad;
   b.index_cache =
       TestTensor(spec.k_dtype, {num_blocks, bs, spec.head_dim}, {bs * key_stride, key_stride, 1},
                  num_blocks * bs * key_stride, device);
   b.index_cache.fill_bytes(0x7F);  // padding a scorer must not read (an e4m3 NaN)
-  fill_values(b.index_cache, rng, spec.exact);
+  if (spec.dominant) {
+    fill_dominant(b.index_cache, rng);
+  } else {
+    fill_values(b.index_cache, rng, spec.exact);
+  }
   b.block_table = TestTensor(DType::kI32, {num_req, max_blocks}, device);
   for (size_t i = 0; i < table.size(); ++i)
     b.block_table.set_flat(static_cast<int64_t>(i), table[i]);
@@ -426,6 +446,7 @@ struct TensorCoreCase {
   int64_t heads;
   int local_blocks, init_blocks;
   bool exact;
+  bool dominant = false;
 };
 
 class IndexTopkPrefillTensorCore : public ::testing::TestWithParam<TensorCoreCase> {};
@@ -439,6 +460,7 @@ TEST_P(IndexTopkPrefillTensorCore, MatchesOracle) {
   s.head_dim = 128;
   s.query_len = 0;
   s.exact = c.exact;
+  s.dominant = c.dominant;
   s.params.local_blocks = c.local_blocks;
   s.params.init_blocks = c.init_blocks;
   s.seq_lens = {700, 3000 + 450, 129, 2500};
@@ -455,13 +477,16 @@ INSTANTIATE_TEST_SUITE_P(Cases, IndexTopkPrefillTensorCore,
                                            TensorCoreCase{DType::kE4M3, 1, 1, 0, false},
                                            TensorCoreCase{DType::kBF16, 4, 0, 0, true},
                                            TensorCoreCase{DType::kE4M3, 2, 2, 1, true},
-                                           TensorCoreCase{DType::kBF16, 2, 0, 2, false}),
+                                           TensorCoreCase{DType::kBF16, 2, 0, 2, false},
+                                           TensorCoreCase{DType::kE4M3, 1, 1, 0, true, true},
+                                           TensorCoreCase{DType::kBF16, 2, 1, 0, true, true}),
                          [](const ::testing::TestParamInfo<TensorCoreCase>& i) {
                            const TensorCoreCase& c = i.param;
                            return std::string(dtype_name(c.dtype)) + "_H" +
                                   std::to_string(c.heads) + "_local" +
                                   std::to_string(c.local_blocks) + "_init" +
-                                  std::to_string(c.init_blocks) + (c.exact ? "_exact" : "_random");
+                                  std::to_string(c.init_blocks) + (c.exact ? "_exact" : "_random") +
+                                  (c.dominant ? "_dominant" : "");
                          });
 
 // ---- Focused cases ----

@@ -5,13 +5,17 @@
 //
 // One CTA = one query tile (128 rows: 128 / H consecutive tokens of one request, aligned so that
 // they share their own block; prefill/tiles.cuh) x one chunk of up to `pages_per_cta` blocks.
-// Three warpgroups: warpgroup 0 issues the bulk tensor copies of the blocks' keys (one 128 x 128
-// tile per block, page ids from the index block table) into a ring of kStages buffers; warpgroups
-// 1 and 2 own rows 0-63 and 64-127, hold their queries in shared memory, and for each block run
-// the 64 x 128 x 128 product (wgmma, bf16 or e4m3 operands, fp32 accumulation) into one of two
+// Three warpgroups. Warpgroup 0 fills a ring of kStages 16-bit key tiles (one 128 x 128 tile per
+// block, page ids from the index block table): bf16 keys by bulk tensor copies straight into the
+// ring; e4m3 keys by bulk tensor copies into two staging buffers, which its 128 threads convert
+// exactly to f16 into the ring. Warpgroups 1 and 2 own rows 0-63 and 64-127, hold their queries
+// in shared memory (e4m3 queries converted to f16 likewise), and for each block run the
+// 64 x 128 x 128 product (wgmma, bf16 or f16 operands, fp32 accumulation) into one of two
 // accumulator sets, so the product of block i + 1 runs on the tensor cores while the block maxima
 // of block i are reduced (a max over each thread's 32 values of a row, then over the row's four
-// threads) and stored.
+// threads) and stored. e4m3 operands go through f16 rather than fp8 wgmma because spec A2 asks
+// for fp32 accumulation of exactly up-converted operands, and fp8 wgmma's accumulator keeps
+// fewer bits (enough to exchange near-tied blocks of realistic scores).
 //
 // Blocks a row's top-k takes whatever their score (init blocks below init_blocks, and the own
 // block and those before it within local_blocks) are not scored: the select kernel ranks them by
@@ -23,6 +27,7 @@
 #include <cstdint>
 
 #include "cuda/common.cuh"
+#include "cuda/mma.cuh"
 #include "cuda/prefill/tiles.cuh"
 #include "cuda/row_map.cuh"
 #include "cuda/sm90/hopper.cuh"
@@ -38,13 +43,15 @@ constexpr int kIndexThreads = 384;
 
 template <bool kFp8>
 struct IndexScoreConfig {
-  static constexpr int kElemBytes = kFp8 ? 1 : 2;
-  static constexpr int kTileBytes = kIndexKeys * kIndexDim * kElemBytes;  // one block's keys
-  static constexpr int kQBytes = kIndexRows * kIndexDim * kElemBytes;
-  static constexpr int kStages = kFp8 ? 8 : 4;
-  static constexpr int kMaxPages = 64;  // pages_per_cta upper bound
-  static constexpr int kSmemBytes =
-      kQBytes + kStages * kTileBytes + 1024 /* barriers, pages */ + 1024 /* alignment slack */;
+  static constexpr int kElemBytes = kFp8 ? 1 : 2;                // as stored in the cache
+  static constexpr int kTileBytes = kIndexKeys * kIndexDim * 2;  // one block's 16-bit keys
+  static constexpr int kStagedBytes = kIndexKeys * kIndexDim;    // one block's e4m3 keys
+  static constexpr int kQBytes = kIndexRows * kIndexDim * 2;
+  static constexpr int kStages = 4;
+  static constexpr int kStaged = kFp8 ? 2 : 0;  // e4m3 staging buffers
+  static constexpr int kMaxPages = 64;          // pages_per_cta upper bound
+  static constexpr int kSmemBytes = kQBytes + kStages * kTileBytes + kStaged * kStagedBytes +
+                                    1024 /* barriers, pages */ + 1024 /* alignment slack */;
 };
 
 struct IndexScoreParams {
@@ -64,10 +71,42 @@ struct IndexScoreParams {
 };
 
 struct IndexSmem {
-  uint64_t full[8];
-  uint64_t empty[8];
+  uint64_t full[4];
+  uint64_t empty[4];
+  uint64_t staged[2];  // e4m3: a staging buffer's bulk copy landed
   int32_t pages[64];
 };
+
+// Stores 16 e4m3 values (dims 16 c .. 16 c + 15 of row r) as f16, exactly, into the swizzled
+// K-major 16-bit tile `dst` of `rows` rows (two panels of 64 dims).
+__device__ __forceinline__ void store_e4m3x16_as_f16(uint8_t* dst, int rows, int r, int c,
+                                                     uint4 v) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  uint32_t h[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    h[2 * i] = e4m3x2_to_f16x2<false>(w[i]);
+    h[2 * i + 1] = e4m3x2_to_f16x2<true>(w[i]);
+  }
+  uint8_t* panel = dst + (c / 4) * (rows * 128);
+  const auto row = static_cast<uint32_t>(r), ch = static_cast<uint32_t>(2 * (c % 4));
+  *reinterpret_cast<uint4*>(panel + sm90::swizzled_chunk(row, ch)) =
+      make_uint4(h[0], h[1], h[2], h[3]);
+  *reinterpret_cast<uint4*>(panel + sm90::swizzled_chunk(row, ch + 1)) =
+      make_uint4(h[4], h[5], h[6], h[7]);
+}
+
+// The producer warpgroup's conversion of one staged e4m3 key tile (128 rows of 128 bytes, as the
+// 128-byte-swizzled bulk copy left it) into the ring's f16 tile.
+__device__ __forceinline__ void convert_staged_keys(const uint8_t* staged, uint8_t* dst, int t) {
+#pragma unroll 4
+  for (int c = t; c < kIndexKeys * 8; c += 128) {
+    const int r = c / 8, chunk = c % 8;
+    const uint4 v = *reinterpret_cast<const uint4*>(
+        staged + sm90::swizzled_chunk(static_cast<uint32_t>(r), static_cast<uint32_t>(chunk)));
+    store_e4m3x16_as_f16(dst, kIndexKeys, r, chunk, v);
+  }
+}
 
 // A store under a predicate (no branch around it).
 __device__ __forceinline__ void st_global_if(float* p, float v, bool pred) {
@@ -104,20 +143,13 @@ __device__ __forceinline__ void block_max_rows(const float (&acc)[64], int t, in
 template <bool kFp8>
 __device__ __forceinline__ void issue_block_mma(uint32_t q_addr, uint32_t k_addr,
                                                 float (&acc)[64]) {
+  constexpr sm90::Mma16 kType = kFp8 ? sm90::Mma16::kF16 : sm90::Mma16::kBF16;
   sm90::mma_begin();
-  if constexpr (kFp8) {
 #pragma unroll
-    for (int kk = 0; kk < kIndexDim / 32; ++kk) {
-      sm90::mma_e4m3(sm90::kmajor8_desc(q_addr, kk), sm90::kmajor8_desc(k_addr, kk), acc,
-                     kk == 0 ? sm90::gmma::ScaleOut::Zero : sm90::gmma::ScaleOut::One);
-    }
-  } else {
-#pragma unroll
-    for (int kk = 0; kk < kIndexDim / 16; ++kk) {
-      sm90::mma_ss<sm90::Mma16::kBF16, false>(
-          sm90::kmajor16_desc(q_addr, kIndexRows, kk), sm90::kmajor16_desc(k_addr, kIndexKeys, kk),
-          acc, kk == 0 ? sm90::gmma::ScaleOut::Zero : sm90::gmma::ScaleOut::One);
-    }
+  for (int kk = 0; kk < kIndexDim / 16; ++kk) {
+    sm90::mma_ss<kType, false>(sm90::kmajor16_desc(q_addr, kIndexRows, kk),
+                               sm90::kmajor16_desc(k_addr, kIndexKeys, kk), acc,
+                               kk == 0 ? sm90::gmma::ScaleOut::Zero : sm90::gmma::ScaleOut::One);
   }
   sm90::mma_commit();
 }
@@ -132,7 +164,8 @@ __global__ void __launch_bounds__(kIndexThreads, 1)
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   uint8_t* sQ = smem;
   uint8_t* sK = smem + Cfg::kQBytes;
-  auto* ss = reinterpret_cast<IndexSmem*>(sK + Cfg::kStages * Cfg::kTileBytes);
+  uint8_t* sStaged = sK + Cfg::kStages * Cfg::kTileBytes;
+  auto* ss = reinterpret_cast<IndexSmem*>(sStaged + Cfg::kStaged * Cfg::kStagedBytes);
 
   const int32_t nreq = p.rows.num_requests;
   const int32_t total = p.tile_offsets[nreq];
@@ -157,6 +190,7 @@ __global__ void __launch_bounds__(kIndexThreads, 1)
       sm90::barrier_init(&ss->full[s], 1);
       sm90::barrier_init(&ss->empty[s], 256);  // every consumer thread arrives
     }
+    for (int s = 0; s < Cfg::kStaged; ++s) sm90::barrier_init(&ss->staged[s], 1);
     sm90::barrier_init_fence();
   }
   if (wg == 0) {
@@ -168,11 +202,11 @@ __global__ void __launch_bounds__(kIndexThreads, 1)
       ss->pages[i] = ok ? page : -1;
     }
   } else {
-    // Queries of this warpgroup's 64 rows into the swizzled tile (zeros for rows outside the
-    // tile's tokens).
+    // Queries of this warpgroup's 64 rows into the swizzled 16-bit tile (zeros for rows outside
+    // the tile's tokens; e4m3 converted to f16).
     const int t = tid - 128 * wg;
     const int H = p.num_heads;
-    constexpr int kChunks = kIndexDim * Cfg::kElemBytes / 16;  // 16-byte chunks per row
+    constexpr int kChunks = kIndexDim * Cfg::kElemBytes / 16;  // 16-byte chunks per stored row
     for (int c = t; c < 64 * kChunks; c += 128) {
       const int r = 64 * (wg - 1) + c / kChunks, chunk = c % kChunks;
       const int64_t pos = tile.win_pos + r / H;
@@ -183,9 +217,13 @@ __global__ void __launch_bounds__(kIndexThreads, 1)
                           (row * p.q_stride_row + (r % H) * p.q_stride_head) * Cfg::kElemBytes;
         v = ld_raw_v4(src + chunk * 16);
       }
-      const int panel = chunk / 8;
-      *reinterpret_cast<uint4*>(sQ + panel * (kIndexRows * 128) +
-                                sm90::swizzled_chunk(static_cast<uint32_t>(r), chunk % 8)) = v;
+      if constexpr (kFp8) {
+        store_e4m3x16_as_f16(sQ, kIndexRows, r, chunk, v);
+      } else {
+        const int panel = chunk / 8;
+        *reinterpret_cast<uint4*>(sQ + panel * (kIndexRows * 128) +
+                                  sm90::swizzled_chunk(static_cast<uint32_t>(r), chunk % 8)) = v;
+      }
     }
     sm90::fence_async_shared();
   }
@@ -193,7 +231,39 @@ __global__ void __launch_bounds__(kIndexThreads, 1)
 
   if (wg == 0) {
     sm90::regs_dealloc<40>();
-    if (tid == 0) {
+    if constexpr (kFp8) {
+      // Staging buffer i % 2 takes block i's e4m3 keys; block i + 2's copy is issued once every
+      // producer thread has converted block i out of it. A dropped page (< 0) copies nothing:
+      // its arrival completes the phase, and its scores are written as -inf.
+      auto stage_copy = [&](int i) {
+        uint64_t* bar = &ss->staged[i % 2];
+        const int32_t page = ss->pages[i];
+        if (page < 0) {
+          sm90::barrier_arrive(bar);
+          return;
+        }
+        sm90::barrier_expect_tx(bar, Cfg::kStagedBytes);
+        sm90::tma_load_3d(&key_map, bar, sStaged + (i % 2) * Cfg::kStagedBytes, 0, 0, page);
+      };
+      if (tid == 0) {
+        sm90::tma_prefetch_map(&key_map);
+        for (int i = 0; i < min(npages, 2); ++i) stage_copy(i);
+      }
+      for (int i = 0; i < npages; ++i) {
+        const int s = i % Cfg::kStages;
+        if (i >= Cfg::kStages) sm90::barrier_wait(&ss->empty[s], ((i / Cfg::kStages) - 1) & 1);
+        sm90::barrier_wait(&ss->staged[i % 2], (i / 2) & 1);
+        if (ss->pages[i] >= 0) {
+          convert_staged_keys(sStaged + (i % 2) * Cfg::kStagedBytes, sK + s * Cfg::kTileBytes, tid);
+        }
+        sm90::fence_async_shared();  // the f16 tile, before the consumers' wgmma reads it
+        sm90::named_sync(1, 128);    // every producer thread is done with staging buffer i % 2
+        if (tid == 0) {
+          sm90::barrier_arrive(&ss->full[s]);
+          if (i + 2 < npages) stage_copy(i + 2);
+        }
+      }
+    } else if (tid == 0) {
       sm90::tma_prefetch_map(&key_map);
       for (int i = 0; i < npages; ++i) {
         const int s = i % Cfg::kStages;
@@ -205,12 +275,8 @@ __global__ void __launch_bounds__(kIndexThreads, 1)
         }
         sm90::barrier_expect_tx(&ss->full[s], Cfg::kTileBytes);
         uint8_t* dst = sK + s * Cfg::kTileBytes;
-        if constexpr (kFp8) {
-          sm90::tma_load_3d(&key_map, &ss->full[s], dst, 0, 0, page);
-        } else {
-          sm90::tma_load_3d(&key_map, &ss->full[s], dst, 0, 0, page);
-          sm90::tma_load_3d(&key_map, &ss->full[s], dst + kIndexKeys * 128, 64, 0, page);
-        }
+        sm90::tma_load_3d(&key_map, &ss->full[s], dst, 0, 0, page);
+        sm90::tma_load_3d(&key_map, &ss->full[s], dst + kIndexKeys * 128, 64, 0, page);
       }
     }
     return;

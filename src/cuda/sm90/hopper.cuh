@@ -8,11 +8,12 @@
 // swizzle that TMA's CU_TENSOR_MAP_SWIZZLE_128B writes: byte (row, b) of a panel lives at
 // row * 128 + (((b / 16) ^ (row % 8)) * 16) + b % 16, panels 1024-byte aligned. A 16-bit tile
 // of R rows x 128 elements is two panels (columns 0-63, then 64-127), each R x 128 bytes; an
-// e4m3 tile of R x 128 is one panel. wgmma reads them through descriptors:
+// e4m3 tile of R x 128 (as a bulk copy lands it, before its conversion to 16 bits) is one panel.
+// wgmma reads the 16-bit tiles through descriptors:
 //   * K-major operands (Q, K, index keys: the reduction dimension contiguous): leading byte
-//     offset 16 (unused with swizzling), stride byte offset 1024 (8 rows); a 16-element (bf16)
-//     or 32-element (e4m3) k-step advances the start by 32 bytes within a panel, and the fifth
-//     16-bit k-step starts the second panel;
+//     offset 16 (unused with swizzling), stride byte offset 1024 (8 rows); a 16-element k-step
+//     advances the start by 32 bytes within a panel, and the fifth k-step starts the second
+//     panel;
 //   * MN-major V (as the B operand of P.V, N = head dim contiguous): leading byte offset = the
 //     panel size (the next 64 head-dim columns), stride byte offset 1024 (8 keys); a 16-key
 //     k-step advances the start by 16 rows = 2048 bytes.
@@ -64,11 +65,6 @@ __device__ __forceinline__ uint64_t kmajor16_desc(uint32_t tile_addr, int rows, 
   return sw128_desc(tile_addr + panel + static_cast<uint32_t>(kk & 3) * 32u, 16, 1024);
 }
 
-// Descriptor of k-step `kk` of a K-major e4m3 tile (one panel, 32 elements per step).
-__device__ __forceinline__ uint64_t kmajor8_desc(uint32_t tile_addr, int kk) {
-  return sw128_desc(tile_addr + static_cast<uint32_t>(kk) * 32u, 16, 1024);
-}
-
 // Descriptor of 16-key step `kk` of a 16-bit V tile of `rows` keys read MN-major.
 __device__ __forceinline__ uint64_t mnmajor16_desc(uint32_t tile_addr, int rows, int kk) {
   return sw128_desc(tile_addr + static_cast<uint32_t>(kk) * 2048u,
@@ -111,17 +107,6 @@ __device__ __forceinline__ void mma_rs_impl(const uint32_t (&a)[4], uint64_t b, 
 template <Mma16 kType>
 __device__ __forceinline__ void mma_rs(const uint32_t (&a)[4], uint64_t b, float (&acc)[64]) {
   mma_rs_impl<kType>(a, b, acc, std::make_index_sequence<64>{});
-}
-
-// acc (+)= A * B^T over e4m3 operands, both K-major, one k32 step.
-template <size_t... I>
-__device__ __forceinline__ void mma_e4m3_impl(uint64_t a, uint64_t b, float (&acc)[64],
-                                              gmma::ScaleOut scale, std::index_sequence<I...>) {
-  gmma::MMA_64x128x32_F32E4M3E4M3_SS_TN<>::fma(a, b, acc[I]..., scale);
-}
-__device__ __forceinline__ void mma_e4m3(uint64_t a, uint64_t b, float (&acc)[64],
-                                         gmma::ScaleOut scale) {
-  mma_e4m3_impl(a, b, acc, scale, std::make_index_sequence<64>{});
 }
 
 // Orders the accumulator registers against the asynchronous MMAs (cute::warpgroup_fence_operand
