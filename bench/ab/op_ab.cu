@@ -588,6 +588,61 @@ bool run_prefill(const Case& c, bool sparse, cudaStream_t s, const Flush& fl) {
   return time_op(name, c, s, fl, op, hash, nullptr);
 }
 
+// One prompt of c.ctx tokens (no prefix) through the prefill index top-k (scores + select) over
+// random index keys; bf16, or e4m3 index_q and keys.
+bool run_index_prefill(const Case& c, cudaStream_t s, const Flush& fl) {
+  const int nb = c.ctx / kBlock, T = c.ctx, pool = nb + 8;
+  const size_t es = c.fp8 ? 1 : 2;
+  const size_t key_elems = static_cast<size_t>(pool) * kBlock * kDim;
+  const msa::DType cd = c.fp8 ? msa::DType::kE4M3 : msa::DType::kBF16;
+  Buffers b;
+  void *keys, *iq;
+  int32_t *bt, *sl, *cu, *tk;
+  const size_t topk_bytes = static_cast<size_t>(T) * kTopk * 4;
+  if (!b.alloc(&keys, key_elems * es) || !b.alloc(&iq, static_cast<size_t>(T) * kDim * es) ||
+      !b.alloc(&bt, static_cast<size_t>(nb) * 4) || !b.alloc(&sl, 4) || !b.alloc(&cu, 2 * 4) ||
+      !b.alloc(&tk, topk_bytes)) {
+    std::printf("index_prefill: allocation failed\n");
+    return false;
+  }
+  fill<<<1024, 256>>>(keys, key_elems, 5, c.fp8);
+  fill<<<1024, 256>>>(iq, static_cast<size_t>(T) * kDim, 7, c.fp8);
+  std::vector<int32_t> table, lens;
+  batch_metadata(c, pool, &table, &lens);
+  const int32_t cu_host[2] = {0, T};
+  AB_CHECK(cudaMemcpy(bt, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  AB_CHECK(cudaMemcpy(sl, lens.data(), 4, cudaMemcpyHostToDevice));
+  AB_CHECK(cudaMemcpy(cu, cu_host, sizeof(cu_host), cudaMemcpyHostToDevice));
+  const msa::Device dev = msa::Device::cuda(0);
+  msa::IndexTopkPrefillArgs a;
+  a.index_q = msa::make_tensor(iq, cd, {T, 1, kDim}, dev);
+  a.index_cache = msa::make_tensor(keys, cd, {pool, kBlock, kDim}, dev);
+  a.block_table = msa::make_tensor(bt, msa::DType::kI32, {1, nb}, dev);
+  a.cu_seqlens_q = msa::make_tensor(cu, msa::DType::kI32, {2}, dev);
+  a.seq_lens = msa::make_tensor(sl, msa::DType::kI32, {1}, dev);
+  a.topk_out = msa::make_tensor(tk, msa::DType::kI32, {1, T, kTopk}, dev);
+  size_t ws_bytes = 0;
+  msa::Status st = msa::workspace_size(a, &ws_bytes);
+  void* ws;
+  if (!st.ok() || !b.alloc(&ws, ws_bytes + 256)) {
+    std::printf("index_prefill: workspace: %s\n", st.message().c_str());
+    return false;
+  }
+  const msa::Stream stream{s, 0};
+  auto op = [&] {
+    const msa::Status r = msa::run(a, msa::Workspace{ws, ws_bytes}, stream);
+    if (!r.ok()) std::printf("index_prefill: %s\n", r.message().c_str());
+    return r.ok();
+  };
+  auto hash = [&](uint64_t* h) {
+    std::vector<unsigned char> host(topk_bytes);
+    AB_CHECK(cudaMemcpy(host.data(), tk, topk_bytes, cudaMemcpyDeviceToHost));
+    *h = fnv(host.data(), host.size());
+    return true;
+  };
+  return time_op("index_prefill", c, s, fl, op, hash, nullptr);
+}
+
 // Prefill cases: one prompt of 4K-64K tokens (the query length is the prompt), both dtypes.
 std::vector<Case> prefill_cases() {
   std::vector<Case> cases;
@@ -715,7 +770,7 @@ std::vector<Case> attention_layer_cases() {
 int main(int argc, char** argv) {
   // OPS: "all" or a comma-separated list of known ops; anything else is a usage error.
   bool index = false, attention = false, step = false, shapes = false, layer = false;
-  bool dense_prefill = false, sparse_prefill = false;
+  bool dense_prefill = false, sparse_prefill = false, index_prefill = false;
   bool ops_ok = argc == 1 || argc == 2 || argc == 5;
   std::string ops = argc > 1 ? argv[1] : "all";
   for (size_t begin = 0; ops_ok && begin <= ops.size();) {
@@ -737,6 +792,8 @@ int main(int argc, char** argv) {
       dense_prefill = true;
     } else if (op == "sparse-prefill") {
       sparse_prefill = true;
+    } else if (op == "index-prefill") {
+      index_prefill = true;
     } else {
       ops_ok = false;
     }
@@ -759,13 +816,13 @@ int main(int argc, char** argv) {
        {std::make_pair(index, index_cases()), std::make_pair(shapes, index_shape_cases()),
         std::make_pair(attention, attention_cases()),
         std::make_pair(layer, attention_layer_cases()), std::make_pair(step, step_cases()),
-        std::make_pair(dense_prefill || sparse_prefill, prefill_cases())}) {
+        std::make_pair(dense_prefill || sparse_prefill || index_prefill, prefill_cases())}) {
     if (wanted) matching += static_cast<int>(std::count_if(cases.begin(), cases.end(), selected));
   }
   if (!ops_ok || matching == 0) {
     std::printf(
         "usage: op_ab [all|index,index-shapes,attention,attention-layer,step,dense-prefill,"
-        "sparse-prefill]"
+        "sparse-prefill,index-prefill]"
         " [CTX BATCH QLEN] (environment: MSA_AB_DTYPE=bf16|fp8)%s\n",
         ops_ok ? " (no case of these ops has that shape)" : "");
     return 2;
@@ -810,6 +867,11 @@ int main(int argc, char** argv) {
     if (!wanted) continue;
     for (const Case& c : prefill_cases()) {
       if (selected(c) && !run_prefill(c, sparse, s, fl)) return 1;
+    }
+  }
+  if (index_prefill) {
+    for (const Case& c : prefill_cases()) {
+      if (selected(c) && !run_index_prefill(c, s, fl)) return 1;
     }
   }
   return 0;
