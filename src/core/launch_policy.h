@@ -417,7 +417,6 @@ inline bool prefill_index_takes_tensor_cores(PrefillChoice choice) {
   return choice != PrefillChoice::kSimt;
 }
 
-
 // ---- Decode step: one persistent kernel or the index and attention ops ----
 
 // What the environment variable MSA_CUDA_DECODE_STEP asks for (docs/api.md, kernel choice):
@@ -453,8 +452,7 @@ inline DecodeStepPath decode_step_path(DecodeStepChoice choice, bool applies, bo
   }
   const int64_t wanted = kAttnCtasPerSm * std::max(sm_count, 1);
   const bool block_ctas = rows > 0 && head_groups > 0 && topk_width > 1 &&
-                          topk_width <= kAttnMaxSplits &&
-                          rows * head_groups * topk_width <= wanted;
+                          topk_width <= kAttnMaxSplits && rows * head_groups * topk_width <= wanted;
   return applies && !batch_invariant && block_ctas ? DecodeStepPath::kPersistent
                                                    : DecodeStepPath::kChain;
 }

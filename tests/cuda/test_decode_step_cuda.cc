@@ -72,8 +72,8 @@ std::vector<StepSpec> small_specs() {
 }
 
 void download_all(step::StepBatch& b) {
-  for (TestTensor* t : {&b.topk, &b.chain_topk, &b.out, &b.chain_out, &b.lse, &b.chain_lse,
-                        &b.flags}) {
+  for (TestTensor* t :
+       {&b.topk, &b.chain_topk, &b.out, &b.chain_out, &b.lse, &b.chain_lse, &b.flags}) {
     t->download();
   }
 }
@@ -132,12 +132,13 @@ TEST(DecodeStepPersistent, GraphReplayFollowsTheBatchContents) {
   ASSERT_TRUE(st.ok()) << st.to_string();
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   // Shorter and padded requests, then the original lengths again.
-  const std::vector<std::vector<int64_t>> variants = {{5000, 0, 800}, {129, 2, 700}, {6000, 3000, 800}};
+  const std::vector<std::vector<int64_t>> variants = {
+      {5000, 0, 800}, {129, 2, 700}, {6000, 3000, 800}};
   for (size_t v = 0; v < variants.size(); ++v) {
     for (int64_t r = 0; r < 3; ++r) b->seq_lens.set_flat(r, static_cast<double>(variants[v][r]));
     b->seq_lens.upload();
-    for (TestTensor* t : {&b->topk, &b->out, &b->lse, &b->chain_topk, &b->chain_out,
-                          &b->chain_lse}) {
+    for (TestTensor* t :
+         {&b->topk, &b->out, &b->lse, &b->chain_topk, &b->chain_out, &b->chain_lse}) {
       t->poison_device();
     }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

@@ -100,8 +100,7 @@ inline std::unique_ptr<StepBatch> make_step_batch(const StepSpec& spec, const De
                         &b->q, &b->flags}) {
     t->upload();
   }
-  for (TestTensor* t : {&b->topk, &b->chain_topk, &b->out, &b->chain_out, &b->lse,
-                        &b->chain_lse}) {
+  for (TestTensor* t : {&b->topk, &b->chain_topk, &b->out, &b->chain_out, &b->lse, &b->chain_lse}) {
     t->poison_device();
   }
   return b;

@@ -96,8 +96,8 @@ TEST_P(DecodeStep, SameBitsAsTheTwoOps) {
   ASSERT_TRUE(st.ok()) << st.to_string();
   const Status chain = step::run_chain(*b);
   ASSERT_TRUE(chain.ok()) << chain.to_string();
-  for (TestTensor* t : {&b->topk, &b->chain_topk, &b->out, &b->chain_out, &b->lse, &b->chain_lse,
-                        &b->flags}) {
+  for (TestTensor* t :
+       {&b->topk, &b->chain_topk, &b->out, &b->chain_out, &b->lse, &b->chain_lse, &b->flags}) {
     t->download();
   }
   EXPECT_TRUE(attn::same_bytes(b->topk, b->chain_topk)) << "topk";

@@ -95,8 +95,8 @@ struct AttnCta {
 };
 // attn_cta_at: the same for the work item at (row, KV head x head chunk y, split), which a
 // persistent kernel's CTA takes in turn.
-__device__ __forceinline__ AttnCta attn_cta_at(const SparseAttnParams& prm, int64_t row,
-                                               uint32_t y, int split) {
+__device__ __forceinline__ AttnCta attn_cta_at(const SparseAttnParams& prm, int64_t row, uint32_t y,
+                                               int split) {
   AttnCta a;
   a.row = row;
   a.kvh = static_cast<int>(div_u32(y, static_cast<uint32_t>(prm.head_chunks)));

@@ -92,8 +92,8 @@ StepWorkspace step_workspace(const IndexProblem& ip, const AttnProblem& ap) {
   const auto W = static_cast<size_t>(ap.topk_width());
   const auto hq = static_cast<size_t>(ap.num_q_heads());
   StepWorkspace w;
-  w.scores = detail::align_up(static_cast<size_t>(ip.num_heads() * ip.max_blocks()) * T *
-                              sizeof(float));
+  w.scores =
+      detail::align_up(static_cast<size_t>(ip.num_heads() * ip.max_blocks()) * T * sizeof(float));
   w.part_out = detail::align_up(W * T * hq * static_cast<size_t>(ap.head_dim()) * sizeof(float));
   w.part_lse = detail::align_up(W * T * hq * sizeof(float));
   w.tickets = detail::align_up(T * static_cast<size_t>(head_groups(ap)) * sizeof(uint32_t));
@@ -108,8 +108,8 @@ Status run_persistent(const IndexProblem& ip, const AttnProblem& ap, int ctas_pe
   if (T == 0) return Status::Ok();
   char* base = static_cast<char*>(workspace.data);
   auto* scores = reinterpret_cast<float*>(base);
-  const RowMap rows = make_row_map(ip.seq_lens, ip.cu_seqlens_q, ip.query_len, T, ip.max_blocks(),
-                                   ip.block_size());
+  const RowMap rows =
+      make_row_map(ip.seq_lens, ip.cu_seqlens_q, ip.query_len, T, ip.max_blocks(), ip.block_size());
   DecodeStepParams p;
   p.score = make_score_params(ip, rows, scores);
   p.score.balanced_lead = balanced_lead(ip);

@@ -496,8 +496,8 @@ IndexScoreParams make_score_params(const detail::IndexTopkProblem& pb, const Row
 Status index_supported(const detail::IndexTopkProblem& pb) { return check_supported(pb); }
 
 int16_t balanced_lead(const detail::IndexTopkProblem& pb) {
-  return static_cast<int16_t>(detail::balanced_lead_units(
-      pb.index_cache.shape[1] * pb.head_dim() * dtype_size(pb.index_cache.dtype)));
+  return static_cast<int16_t>(detail::balanced_lead_units(pb.index_cache.shape[1] * pb.head_dim() *
+                                                          dtype_size(pb.index_cache.dtype)));
 }
 
 IndexSelectParams make_select_params(const detail::IndexTopkProblem& pb, const RowMap& rows,

@@ -298,7 +298,7 @@ __device__ bool select_candidates(const IndexSelectParams& prm, int64_t row, int
 // that holds a visible block and two CTA barriers, where the radix descent needs two barriers
 // per 8-bit digit it resolves). Same total order, same output.
 inline __device__ void write_row_topk_by_rank(const IndexSelectParams& prm, int64_t row, int64_t h,
-                                       float raw, int64_t nvb, SelectSmem& sm) {
+                                              float raw, int64_t nvb, SelectSmem& sm) {
   const int tid = threadIdx.x;
   const int64_t kept = min(static_cast<int64_t>(prm.topk), nvb);
   const bool visible = tid < nvb;
@@ -336,7 +336,7 @@ __device__ __forceinline__ int64_t visible_blocks(const RowInfo& info, int64_t p
 
 // select_row_topk for block tables of at most kSelectThreads columns, from the score workspace.
 inline __device__ void select_row_topk_by_rank(const IndexSelectParams& prm, int64_t row, int64_t h,
-                                        SelectSmem& sm) {
+                                               SelectSmem& sm) {
   const int64_t T = prm.rows.num_rows;
   const int64_t max_blocks = prm.rows.max_blocks;
   // Loaded before the row's length is known (column clamped into the row; none when the table
