@@ -6,8 +6,8 @@
 #                                             repository paths): a variant folder
 #   bench/ab/ab.sh run OPS VARIANT...         OPS: all, or a comma-separated list of index,
 #                                             index-shapes, attention, attention-layer, step,
-#                                             dense-prefill, sparse-prefill and index-prefill
-#                                             (op_ab.cu).
+#                                             dense-prefill, sparse-prefill, index-prefill and
+#                                             decode-step (op_ab.cu).
 #                                             Each VARIANT is a
 #                                             folder of files overlaid on a copy of this tree,
 #                                             or "tree" for the tree as it is. Builds libmsa and

@@ -9,15 +9,19 @@
 //   op_ab [OPS] [CTX BATCH QLEN]
 //
 // OPS: all (the default: index, attention and step), or a comma-separated list of index,
-// attention, step and index-shapes. index-shapes (not in all) times the index op at the scorer
-// instances the default cases do not reach: over e4m3 keys at head dim 64 (index_d64), with bf16
-// queries (index_qbf16) and both (index_d64_qbf16); over bf16 keys at head dims 192 and 256
-// (index_d192, index_d256). attention-layer (not in all) times the attention op's fp8 cases with
-// a per-layer scale of 1/16 (as decode_bench.py and the step use; the attention cases use
-// per-token-head scales). The optional triple keeps only the cases of that shape (both dtypes,
-// uniform and ragged), e.g. to profile one of them with ncu. MSA_AB_WARM_CODE=1 replays an
-// identical problem on other buffers between the flush and each timed replay (see
-// warm_code_mode). MSA_AB_DTYPE=bf16 or fp8 keeps only the cases of that cache dtype.
+// index-shapes, attention, attention-layer, step, dense-prefill, sparse-prefill, index-prefill
+// and decode-step. index-shapes (not in all) times the index op at the scorer instances the
+// default cases do not reach: over e4m3 keys at head dim 64 (index_d64), with bf16 queries
+// (index_qbf16) and both (index_d64_qbf16); over bf16 keys at head dims 192 and 256 (index_d192,
+// index_d256). attention-layer (not in all) times the attention op's fp8 cases with a per-layer
+// scale of 1/16 (as decode_bench.py and the step use; the attention cases use per-token-head
+// scales). decode-step (not in all) times msa::SparseDecodeStepArgs (index top-k, then attention;
+// bf16, batch 1-16, 8K-128K) twice on the same inputs, with MSA_CUDA_DECODE_STEP=chain and
+// =persistent (lines decode_step_chain and decode_step_persistent; equal hashes: the same bits).
+// The optional triple keeps only the cases of that shape (both dtypes, uniform and ragged), e.g.
+// to profile one of them with ncu. MSA_AB_WARM_CODE=1 replays an identical problem on other
+// buffers between the flush and each timed replay (see warm_code_mode). MSA_AB_DTYPE=bf16 or fp8
+// keeps only the cases of that cache dtype.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -35,6 +39,7 @@
 
 #include "msa/attention.h"
 #include "msa/cache.h"
+#include "msa/decode_step.h"
 #include "msa/fused_qknorm_rope.h"
 #include "msa/indexer.h"
 
@@ -495,6 +500,104 @@ bool run_step(const Case& c, cudaStream_t s, const Flush& fl,
   return time_op("step", c, s, fl, op, hash, warm);
 }
 
+// The decode step after the fused insert as one op (msa::SparseDecodeStepArgs: the index top-k,
+// then sparse attention over the blocks it selects) on a packed bf16 cache with bf16 index keys
+// and queries, timed twice on the same inputs: with MSA_CUDA_DECODE_STEP=chain (the two ops) and
+// =persistent (the one cooperative kernel, docs/decode_step.md). The op reads the variable at
+// every call and time_op captures each path's own graph; the hash is of the attention output and
+// the top-k rows, so equal hashes mean bitwise equal outputs of the two paths.
+bool run_decode_step(const Case& c, cudaStream_t s, const Flush& fl,
+                     const std::function<bool()>* warm = nullptr) {
+  const int nb = c.ctx / kBlock, T = c.batch * c.qlen, pool = c.batch * nb + 8;
+  Buffers b;
+  void *kv, *icache, *iq, *q, *out;
+  int32_t *bt, *sl, *tk;
+  const size_t kv_elems = static_cast<size_t>(pool) * kBlock * 2 * kDim;
+  const size_t rows_bytes = static_cast<size_t>(T) * kQHeads * kDim * 2;
+  const size_t topk_bytes = static_cast<size_t>(T) * kTopk * 4;
+  if (!b.alloc(&kv, kv_elems * 2) ||
+      !b.alloc(&icache, static_cast<size_t>(pool) * kBlock * kDim * 2) ||
+      !b.alloc(&iq, static_cast<size_t>(T) * kDim * 2) || !b.alloc(&q, rows_bytes) ||
+      !b.alloc(&out, rows_bytes) || !b.alloc(&bt, static_cast<size_t>(c.batch) * nb * 4) ||
+      !b.alloc(&sl, c.batch * 4u) || !b.alloc(&tk, topk_bytes)) {
+    std::printf("decode_step: allocation failed\n");
+    return false;
+  }
+  fill<<<1024, 256>>>(kv, kv_elems, 1, false);
+  fill<<<1024, 256>>>(icache, static_cast<size_t>(pool) * kBlock * kDim, 2, false);
+  fill<<<64, 256>>>(iq, static_cast<size_t>(T) * kDim, 3, false);
+  fill<<<64, 256>>>(q, static_cast<size_t>(T) * kQHeads * kDim, 4, false);
+  std::vector<int32_t> table, lens;
+  batch_metadata(c, pool, &table, &lens);
+  AB_CHECK(cudaMemcpy(bt, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  AB_CHECK(cudaMemcpy(sl, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+  const msa::Device dev = msa::Device::cuda(0);
+  msa::KvCacheView cache;
+  msa::Status st = packed_cache(kv, msa::DType::kBF16, pool, nullptr, dev, &cache);
+  if (!st.ok()) {
+    std::printf("decode_step: cache: %s\n", st.message().c_str());
+    return false;
+  }
+  const msa::TensorView block_table = msa::make_tensor(bt, msa::DType::kI32, {c.batch, nb}, dev);
+  const msa::TensorView seq_lens = msa::make_tensor(sl, msa::DType::kI32, {c.batch}, dev);
+  msa::SparseDecodeStepArgs a;
+  a.index.query_len = c.qlen;
+  a.index.index_q = msa::make_tensor(iq, msa::DType::kBF16, {T, 1, kDim}, dev);
+  a.index.index_cache = msa::make_tensor(icache, msa::DType::kBF16, {pool, kBlock, kDim}, dev);
+  a.index.block_table = block_table;
+  a.index.seq_lens = seq_lens;
+  a.index.topk_out = msa::make_tensor(tk, msa::DType::kI32, {1, T, kTopk}, dev);
+  a.attention.query_len = c.qlen;
+  a.attention.q = msa::make_tensor(q, msa::DType::kBF16, {T, kQHeads, kDim}, dev);
+  a.attention.kv_cache = cache;
+  a.attention.block_table = block_table;
+  a.attention.seq_lens = seq_lens;
+  a.attention.topk = a.index.topk_out;
+  a.attention.out = msa::make_tensor(out, msa::DType::kBF16, {T, kQHeads, kDim}, dev);
+  size_t ws_bytes = 0;
+  st = msa::workspace_size(a, &ws_bytes);
+  void* ws;
+  if (!st.ok() || !b.alloc(&ws, ws_bytes + 256)) {
+    std::printf("decode_step: workspace: %s\n", st.message().c_str());
+    return false;
+  }
+  const msa::Stream stream{s, 0};
+  auto op = [&] {
+    const msa::Status r = msa::run(a, msa::Workspace{ws, ws_bytes}, stream);
+    if (!r.ok()) std::printf("decode_step: %s\n", r.message().c_str());
+    return r.ok();
+  };
+  auto hash = [&](uint64_t* h) {
+    std::vector<unsigned char> host(rows_bytes + topk_bytes);
+    AB_CHECK(cudaMemcpy(host.data(), out, rows_bytes, cudaMemcpyDeviceToHost));
+    AB_CHECK(cudaMemcpy(host.data() + rows_bytes, tk, topk_bytes, cudaMemcpyDeviceToHost));
+    *h = fnv(host.data(), host.size());
+    return true;
+  };
+  if (warm == nullptr && warm_code_mode()) {
+    const std::function<bool()> warm_op = op;  // captured after each setenv below: same path
+    return run_decode_step(c, s, fl, &warm_op);
+  }
+  // The caller's setting is restored afterwards.
+  const char* prior = std::getenv("MSA_CUDA_DECODE_STEP");
+  const std::string saved = prior != nullptr ? prior : "";
+  bool ok = true;
+  for (const char* path : {"chain", "persistent"}) {
+    setenv("MSA_CUDA_DECODE_STEP", path, 1);
+    // Cleared outputs, so that each path's hash is of what it wrote.
+    ok = cudaMemset(out, 0, rows_bytes) == cudaSuccess &&
+         cudaMemset(tk, 0xff, topk_bytes) == cudaSuccess &&
+         time_op((std::string("decode_step_") + path).c_str(), c, s, fl, op, hash, warm);
+    if (!ok) break;
+  }
+  if (prior != nullptr) {
+    setenv("MSA_CUDA_DECODE_STEP", saved.c_str(), 1);
+  } else {
+    unsetenv("MSA_CUDA_DECODE_STEP");
+  }
+  return ok;
+}
+
 // One prompt of c.ctx tokens (no prefix) through prefill attention: dense (layers 0-2) or sparse
 // over a synthetic top-k (the own block and up to 15 other visible blocks at random: neighbouring
 // tokens share few blocks, the sparse kernel's worst case). fp8: e4m3 K/V with per-layer scales.
@@ -741,6 +844,16 @@ std::vector<Case> step_cases() {
   return cases;
 }
 
+// decode-step: batch 1-16 (the batches the persistent kernel takes by default at top-16) over
+// 8K-128K, one row per request, bf16.
+std::vector<Case> decode_step_cases() {
+  std::vector<Case> cases;
+  for (int ctx : {8192, 32768, 131072}) {
+    for (int batch : {1, 4, 16}) cases.push_back({ctx, batch, 1, false, false});
+  }
+  return cases;
+}
+
 std::vector<Case> attention_cases() {
   std::vector<Case> cases;
   for (bool fp8 : {false, true}) {
@@ -770,7 +883,7 @@ std::vector<Case> attention_layer_cases() {
 int main(int argc, char** argv) {
   // OPS: "all" or a comma-separated list of known ops; anything else is a usage error.
   bool index = false, attention = false, step = false, shapes = false, layer = false;
-  bool dense_prefill = false, sparse_prefill = false, index_prefill = false;
+  bool dense_prefill = false, sparse_prefill = false, index_prefill = false, decode_step = false;
   bool ops_ok = argc == 1 || argc == 2 || argc == 5;
   std::string ops = argc > 1 ? argv[1] : "all";
   for (size_t begin = 0; ops_ok && begin <= ops.size();) {
@@ -794,6 +907,8 @@ int main(int argc, char** argv) {
       sparse_prefill = true;
     } else if (op == "index-prefill") {
       index_prefill = true;
+    } else if (op == "decode-step") {
+      decode_step = true;
     } else {
       ops_ok = false;
     }
@@ -816,13 +931,14 @@ int main(int argc, char** argv) {
        {std::make_pair(index, index_cases()), std::make_pair(shapes, index_shape_cases()),
         std::make_pair(attention, attention_cases()),
         std::make_pair(layer, attention_layer_cases()), std::make_pair(step, step_cases()),
+        std::make_pair(decode_step, decode_step_cases()),
         std::make_pair(dense_prefill || sparse_prefill || index_prefill, prefill_cases())}) {
     if (wanted) matching += static_cast<int>(std::count_if(cases.begin(), cases.end(), selected));
   }
   if (!ops_ok || matching == 0) {
     std::printf(
         "usage: op_ab [all|index,index-shapes,attention,attention-layer,step,dense-prefill,"
-        "sparse-prefill,index-prefill]"
+        "sparse-prefill,index-prefill,decode-step]"
         " [CTX BATCH QLEN] (environment: MSA_AB_DTYPE=bf16|fp8)%s\n",
         ops_ok ? " (no case of these ops has that shape)" : "");
     return 2;
@@ -860,6 +976,11 @@ int main(int argc, char** argv) {
   if (step) {
     for (const Case& c : step_cases()) {
       if (selected(c) && !run_step(c, s, fl)) return 1;
+    }
+  }
+  if (decode_step) {
+    for (const Case& c : decode_step_cases()) {
+      if (selected(c) && !run_decode_step(c, s, fl)) return 1;
     }
   }
   for (const auto& [wanted, sparse] :

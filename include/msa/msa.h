@@ -4,6 +4,7 @@
 #include "msa/attention.h"
 #include "msa/cache.h"
 #include "msa/config.h"
+#include "msa/decode_step.h"
 #include "msa/dtype.h"
 #include "msa/fused_qknorm_rope.h"
 #include "msa/indexer.h"

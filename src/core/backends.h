@@ -4,6 +4,7 @@
 #pragma once
 
 #include "msa/attention.h"
+#include "msa/decode_step.h"
 #include "msa/fused_qknorm_rope.h"
 #include "msa/indexer.h"
 #include "msa/metadata.h"
@@ -23,6 +24,7 @@ namespace msa {
   MSA_DECLARE_BACKEND_OP(SparseAttentionDecodeArgs)  \
   MSA_DECLARE_BACKEND_OP(SparseAttentionPrefillArgs) \
   MSA_DECLARE_BACKEND_OP(DenseAttentionArgs)         \
+  MSA_DECLARE_BACKEND_OP(SparseDecodeStepArgs)       \
   MSA_DECLARE_BACKEND_OP(BatchMetadataArgs)
 
 namespace cpu {

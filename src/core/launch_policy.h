@@ -1,9 +1,9 @@
 // Launch policy of the CUDA decode path as pure host functions of the problem's shape and the
 // device's SM count: how the indexer's blocks are cut among CTAs and how sparse attention is
-// split along its selected blocks; and which prefill calls take the tensor-core kernels by
-// default. Nothing here
-// reads device memory or calls CUDA, so the decisions are unit-tested on the CPU (and the
-// exact-coverage helpers below are what the kernels compute from blockIdx).
+// split along its selected blocks; which prefill calls take the tensor-core kernels by default;
+// and which decode steps run as one persistent kernel. Nothing here reads device memory or calls
+// CUDA, so the decisions are unit-tested on the CPU (and the exact-coverage helpers below are
+// what the kernels compute from blockIdx).
 //
 // Grids depend on shapes and capacities only, never on the values in device tensors, so a
 // captured CUDA graph replays correctly when the batch contents change.
@@ -415,6 +415,46 @@ inline bool prefill_attention_takes_tensor_cores(PrefillChoice choice, bool spar
 // The same for the prefill index scorer: by default wherever it applies.
 inline bool prefill_index_takes_tensor_cores(PrefillChoice choice) {
   return choice != PrefillChoice::kSimt;
+}
+
+// ---- Decode step: one persistent kernel or the index and attention ops ----
+
+// What the environment variable MSA_CUDA_DECODE_STEP asks for (docs/api.md, kernel choice):
+// "persistent" takes the persistent step kernel wherever it applies and fails the call with
+// kNotSupported where it does not; "chain" always runs the index and attention ops; unset (null)
+// or any other value gives kDefault.
+enum class DecodeStepChoice { kDefault, kPersistent, kChain };
+
+inline DecodeStepChoice parse_decode_step_choice(const char* value) {
+  if (value != nullptr && std::strcmp(value, "persistent") == 0) {
+    return DecodeStepChoice::kPersistent;
+  }
+  if (value != nullptr && std::strcmp(value, "chain") == 0) return DecodeStepChoice::kChain;
+  return DecodeStepChoice::kDefault;
+}
+
+enum class DecodeStepPath { kPersistent, kChain, kNotSupported };
+
+// How a decode step call runs. `applies`: the persistent kernel serves the call's dtypes, shapes
+// and strides and the device can hold its grid (the CUDA launcher decides). By default it runs
+// the calls whose attention op would take one CTA per selected block (plan_attention_launch's
+// block_ctas rule: rows x head groups x topk_width <= kAttnCtasPerSm per SM, topk_width 2..64),
+// so that its attention phase does the op's work in the op's order and gives its bits, except
+// batch-invariant calls: their attention op cuts rows into fixed 32-subtile splits, so switching
+// to the kernel's per-block splits by batch size would change a request's bits with the batch.
+// Larger batches, whose launches are a small share of the step, keep the two ops.
+inline DecodeStepPath decode_step_path(DecodeStepChoice choice, bool applies, bool batch_invariant,
+                                       int64_t rows, int64_t head_groups, int64_t topk_width,
+                                       int sm_count) {
+  if (choice == DecodeStepChoice::kChain) return DecodeStepPath::kChain;
+  if (choice == DecodeStepChoice::kPersistent) {
+    return applies ? DecodeStepPath::kPersistent : DecodeStepPath::kNotSupported;
+  }
+  const int64_t wanted = kAttnCtasPerSm * std::max(sm_count, 1);
+  const bool block_ctas = rows > 0 && head_groups > 0 && topk_width > 1 &&
+                          topk_width <= kAttnMaxSplits && rows * head_groups * topk_width <= wanted;
+  return applies && !batch_invariant && block_ctas ? DecodeStepPath::kPersistent
+                                                   : DecodeStepPath::kChain;
 }
 
 }  // namespace detail

@@ -251,14 +251,16 @@ __device__ __forceinline__ void store_block_partials(
 // Its steps take the kernel's values by reference, as warp_kernel.cuh's do (and for the same
 // reason); Q's load and the two MMA loops stay in the kernel, whose temporaries (Q8, ldmatrix
 // words) compiled to other machine code when declared inside functions.
-template <typename CacheT, bool kTokenScales = false>
-__global__ void __launch_bounds__(kBlockThreads, 2)
-    sparse_attention_block_kernel(const SparseAttnParams prm) {
+// attend_block is one such CTA's work, cta its coordinates, blk_smem its kBlockSmemBytes of
+// dynamic shared memory. kTopkInLaunch: the top-k ids were written earlier in the same launch
+// (the persistent decode step), so they are read through L2 rather than the non-coherent cache.
+template <typename CacheT, bool kTokenScales = false, bool kTopkInLaunch = false>
+__device__ __forceinline__ void attend_block(const SparseAttnParams& prm, const AttnCta& cta,
+                                             uint16_t* blk_smem) {
   constexpr bool kE4m3 = std::is_same_v<CacheT, uint8_t>;
   static_assert(kE4m3 || !kTokenScales, "only e4m3 caches have scales");
   constexpr bool kHalfMma = KvTraits<CacheT>::kHalfMma;
   constexpr int D = kBlockDim;
-  extern __shared__ __align__(16) uint16_t blk_smem[];
   uint16_t* const sK = blk_smem;
   uint16_t* const sV = sK + kBlockKeys * D;
   uint16_t* const sQ = sV + kBlockKeys * D;
@@ -271,7 +273,6 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
-  const AttnCta cta = attn_cta(prm);
   const int64_t row = cta.row;
   const int kvh = cta.kvh, hc = cta.hc, split = cta.split, head0 = cta.head0, nh = cta.nh;
 
@@ -281,7 +282,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
       div_u32(static_cast<uint32_t>(row), static_cast<uint32_t>(prm.rows.query_len));
   const uint32_t early_seq_len = ld_decode_seq_len_of(prm.rows, req);
   int32_t tk[1];
-  load_topk_ids<kBlockThreads>(prm, kvh, row, tid, tk);
+  load_topk_ids<kBlockThreads, kTopkInLaunch>(prm, kvh, row, tid, tk);
   // Thread t holds Q head t / 16 (the chunk's last head past the group), dims 8 (t % 16) + [0, 8).
   const int q_head = tid >> 4, q_chunk = tid & 15;
   const int64_t q_off =
@@ -427,6 +428,13 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
   }
   allow_dependent_launch();
   store_block_partials(prm, row, head0, nh, split, warp, g, c, acc, factor, lse);
+}
+
+template <typename CacheT, bool kTokenScales = false>
+__global__ void __launch_bounds__(kBlockThreads, 2)
+    sparse_attention_block_kernel(const SparseAttnParams prm) {
+  extern __shared__ __align__(16) uint16_t blk_smem[];
+  attend_block<CacheT, kTokenScales>(prm, attn_cta(prm), blk_smem);
 }
 
 }  // namespace cuda

@@ -264,61 +264,15 @@ Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
   const auto cuda_stream = static_cast<cudaStream_t>(stream.cuda_stream);
   const AttnPlan p = plan(pb, T, dev);
 
-  SparseAttnParams prm;
-  prm.q = pb.q.data;
-  prm.q_dtype = pb.q.dtype;
-  prm.q_stride_row = pb.q.strides[0];
-  prm.q_stride_head = pb.q.strides[1];
-  const KvCacheDevice kv = kv_cache_device(pb.kv);
-  prm.k = kv.k;
-  prm.v = kv.v;
-  prm.k_stride_page = kv.k_stride[0];
-  prm.k_stride_head = kv.k_stride[1];
-  prm.k_stride_tok = kv.k_stride[2];
-  prm.v_stride_page = kv.v_stride[0];
-  prm.v_stride_head = kv.v_stride[1];
-  prm.v_stride_tok = kv.v_stride[2];
-  prm.num_cache_blocks = kv.num_blocks;
-  prm.scale_mode = kv.scale_mode;
-  prm.k_scale = kv.k_scale;
-  prm.v_scale = kv.v_scale;
-  prm.ks_stride_head = kv.k_scale_stride[0];
-  prm.ks_stride_slot = kv.k_scale_stride[1];
-  prm.vs_stride_head = kv.v_scale_stride[0];
-  prm.vs_stride_slot = kv.v_scale_stride[1];
-  prm.block_table = pb.block_table.ptr<const int32_t>();
-  prm.bt_stride_req = pb.block_table.strides[0];
-  prm.bt_stride_block = pb.block_table.strides[1];
-  prm.rows = make_row_map(pb.seq_lens, pb.cu_seqlens_q, pb.query_len, T, pb.block_table.shape[1],
-                          pb.kv.block_size());
-  prm.topk = pb.topk.ptr<const int32_t>();
-  prm.tk_stride_head = pb.topk.strides[0];
-  prm.tk_stride_row = pb.topk.strides[1];
-  prm.tk_stride_col = pb.topk.strides[2];
-  prm.topk_width = static_cast<int32_t>(pb.topk.shape[2]);
-  prm.num_q_heads = static_cast<int32_t>(pb.num_q_heads());
-  prm.group = static_cast<int32_t>(pb.group());
-  prm.head_chunks = static_cast<int32_t>(head_chunks(pb));
-  const float scale = pb.scale();
-  prm.scale_log2 = scale * kLog2e;
+  SparseAttnParams prm = make_attn_params(pb);
   prm.splits = static_cast<int32_t>(p.splits);
   prm.subtiles_per_split = static_cast<int32_t>(p.subtiles_per_split);
-  prm.out = pb.out.data;
-  prm.out_dtype = pb.out.dtype;
-  prm.out_stride_row = pb.out.strides[0];
-  prm.out_stride_head = pb.out.strides[1];
-  prm.lse = pb.lse.defined() ? pb.lse.ptr<float>() : nullptr;
-  prm.lse_stride_row = pb.lse.defined() ? pb.lse.strides[0] : 0;
-  prm.lse_stride_head = pb.lse.defined() ? pb.lse.strides[1] : 0;
   prm.cluster = p.cluster;
-  prm.part_out = nullptr;
-  prm.part_lse = nullptr;
   if (p.splits > 1 && !p.cluster) {
     char* base = static_cast<char*>(workspace.data);
     prm.part_out = reinterpret_cast<float*>(base);
     prm.part_lse = reinterpret_cast<float*>(base + partial_out_bytes(pb, p));
   }
-  prm.error_flags = pb.error_flags.defined() ? pb.error_flags.ptr<int32_t>() : nullptr;
 
   const dim3 grid(static_cast<unsigned>(T),
                   static_cast<unsigned>(pb.num_kv_heads() * head_chunks(pb)),
@@ -345,6 +299,73 @@ Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
                             : p.splits <= 8  ? sparse_attention_merge_kernel<8>
                             : p.splits <= 16 ? sparse_attention_merge_kernel<16>
                                              : sparse_attention_merge_kernel<32>;
+  const AttnMergeParams mp = make_merge_params(prm, pb.head_dim());
+  return launch_kernel_dependent("sparse_attention_merge_kernel", merge_kernel, merge_grid,
+                                 dim3(static_cast<unsigned>(pb.head_dim())), 0, cuda_stream, mp);
+}
+
+}  // namespace
+
+SparseAttnParams make_attn_params(const detail::AttentionProblem& pb) {
+  SparseAttnParams prm;
+  prm.q = pb.q.data;
+  prm.q_dtype = pb.q.dtype;
+  prm.q_stride_row = pb.q.strides[0];
+  prm.q_stride_head = pb.q.strides[1];
+  const KvCacheDevice kv = kv_cache_device(pb.kv);
+  prm.k = kv.k;
+  prm.v = kv.v;
+  prm.k_stride_page = kv.k_stride[0];
+  prm.k_stride_head = kv.k_stride[1];
+  prm.k_stride_tok = kv.k_stride[2];
+  prm.v_stride_page = kv.v_stride[0];
+  prm.v_stride_head = kv.v_stride[1];
+  prm.v_stride_tok = kv.v_stride[2];
+  prm.num_cache_blocks = kv.num_blocks;
+  prm.scale_mode = kv.scale_mode;
+  prm.k_scale = kv.k_scale;
+  prm.v_scale = kv.v_scale;
+  prm.ks_stride_head = kv.k_scale_stride[0];
+  prm.ks_stride_slot = kv.k_scale_stride[1];
+  prm.vs_stride_head = kv.v_scale_stride[0];
+  prm.vs_stride_slot = kv.v_scale_stride[1];
+  prm.block_table = pb.block_table.ptr<const int32_t>();
+  prm.bt_stride_req = pb.block_table.strides[0];
+  prm.bt_stride_block = pb.block_table.strides[1];
+  prm.rows = make_row_map(pb.seq_lens, pb.cu_seqlens_q, pb.query_len, pb.num_rows(),
+                          pb.block_table.shape[1], pb.kv.block_size());
+  prm.topk = pb.topk.ptr<const int32_t>();
+  prm.tk_stride_head = pb.topk.strides[0];
+  prm.tk_stride_row = pb.topk.strides[1];
+  prm.tk_stride_col = pb.topk.strides[2];
+  prm.topk_width = static_cast<int32_t>(pb.topk.shape[2]);
+  prm.num_q_heads = static_cast<int32_t>(pb.num_q_heads());
+  prm.group = static_cast<int32_t>(pb.group());
+  prm.head_chunks = static_cast<int32_t>(head_chunks(pb));
+  prm.scale_log2 = pb.scale() * kLog2e;
+  prm.out = pb.out.data;
+  prm.out_dtype = pb.out.dtype;
+  prm.out_stride_row = pb.out.strides[0];
+  prm.out_stride_head = pb.out.strides[1];
+  prm.lse = pb.lse.defined() ? pb.lse.ptr<float>() : nullptr;
+  prm.lse_stride_row = pb.lse.defined() ? pb.lse.strides[0] : 0;
+  prm.lse_stride_head = pb.lse.defined() ? pb.lse.strides[1] : 0;
+  prm.error_flags = pb.error_flags.defined() ? pb.error_flags.ptr<int32_t>() : nullptr;
+  prm.splits = 1;
+  prm.subtiles_per_split = static_cast<int32_t>(max_subtiles(pb));
+  prm.cluster = false;
+  prm.part_out = nullptr;
+  prm.part_lse = nullptr;
+  return prm;
+}
+
+Status attention_supported(const detail::AttentionProblem& pb) { return check_supported(pb); }
+
+bool attention_block_kernel_fits(const detail::AttentionProblem& pb) {
+  return block_kernel_fits(pb);
+}
+
+AttnMergeParams make_merge_params(const SparseAttnParams& prm, int64_t head_dim) {
   AttnMergeParams mp;
   mp.part_out = prm.part_out;
   mp.part_lse = prm.part_lse;
@@ -352,18 +373,15 @@ Status run_problem(const AttnProblem& pb, Workspace workspace, Stream stream) {
   mp.lse = prm.lse;
   mp.num_rows = prm.rows.num_rows;
   mp.num_q_heads = prm.num_q_heads;
-  mp.head_dim = pb.head_dim();
+  mp.head_dim = head_dim;
   mp.out_stride_row = prm.out_stride_row;
   mp.out_stride_head = prm.out_stride_head;
   mp.lse_stride_row = prm.lse_stride_row;
   mp.lse_stride_head = prm.lse_stride_head;
   mp.splits = prm.splits;
   mp.out_dtype = prm.out_dtype;
-  return launch_kernel_dependent("sparse_attention_merge_kernel", merge_kernel, merge_grid,
-                                 dim3(static_cast<unsigned>(pb.head_dim())), 0, cuda_stream, mp);
+  return mp;
 }
-
-}  // namespace
 
 Status workspace_size(const SparseAttentionDecodeArgs& args, size_t* bytes) {
   const AttnProblem pb = detail::attention_problem(args);

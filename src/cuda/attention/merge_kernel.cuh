@@ -35,11 +35,13 @@ __device__ __forceinline__ void combine_step(bool live, float lse_s, float o_s, 
 // as the clamped loads past them are issued all the same. combine_step performs the in-cluster
 // merge's operations, so both give the same bits. (Shared memory for the LSEs and a CTA barrier
 // were slower: bench/EXPERIMENTS.md: 2026-12-01-attn-merge-registers.)
-template <int kPrefetch>
-__global__ void sparse_attention_merge_kernel(const AttnMergeParams prm) {
-  const int64_t row = blockIdx.x;
-  const int64_t head = blockIdx.y;
-  const int d = threadIdx.x;
+//
+// merge_head_dim is the combine of dim d of one (row, head), the kernel's whole work per thread;
+// kInLaunch: the partials were written earlier in the same launch (the persistent decode step),
+// so they are read through L2, which the other CTAs' writes reached, not through L1.
+template <int kPrefetch, bool kInLaunch = false>
+__device__ __forceinline__ void merge_head_dim(const AttnMergeParams& prm, int64_t row,
+                                               int64_t head, int d) {
   const int64_t T = prm.num_rows;
   const int64_t hq = prm.num_q_heads;
   const int splits = prm.splits;
@@ -47,18 +49,18 @@ __global__ void sparse_attention_merge_kernel(const AttnMergeParams prm) {
   const float* po = prm.part_out + (row * hq + head) * head_dim + d;
   const float* pl = prm.part_lse + row * hq + head;
   const int64_t split_stride = T * hq * head_dim;
-  wait_for_prior_grid();  // the partials come from the attention kernel
+  auto ld = [](const float* p) { return kInLaunch ? __ldcg(p) : *p; };
   float pre_o[kPrefetch], pre_lse[kPrefetch];
 #pragma unroll
   for (int s = 0; s < kPrefetch; ++s) {
     const int64_t sc = min(s, splits - 1);
-    pre_o[s] = po[sc * split_stride];
-    pre_lse[s] = pl[sc * T * hq];
+    pre_o[s] = ld(po + sc * split_stride);
+    pre_lse[s] = ld(pl + sc * T * hq);
   }
   float m_all = -INFINITY;
 #pragma unroll
   for (int s = 0; s < kPrefetch; ++s) m_all = s < splits ? fmaxf(m_all, pre_lse[s]) : m_all;
-  for (int s = kPrefetch; s < splits; ++s) m_all = fmaxf(m_all, pl[s * T * hq]);
+  for (int s = kPrefetch; s < splits; ++s) m_all = fmaxf(m_all, ld(pl + s * T * hq));
   const float m_use = m_all == -INFINITY ? 0.0f : m_all;
   float w_sum = 0.0f, acc_o = 0.0f;
 #pragma unroll
@@ -67,7 +69,7 @@ __global__ void sparse_attention_merge_kernel(const AttnMergeParams prm) {
   }
 #pragma unroll 16
   for (int s = kPrefetch; s < splits; ++s) {
-    combine_step(true, pl[s * T * hq], po[s * split_stride], m_use, w_sum, acc_o);
+    combine_step(true, ld(pl + s * T * hq), ld(po + s * split_stride), m_use, w_sum, acc_o);
   }
   const bool empty = m_all == -INFINITY;
   const float o = empty ? 0.0f : acc_o / w_sum;
@@ -77,6 +79,12 @@ __global__ void sparse_attention_merge_kernel(const AttnMergeParams prm) {
     prm.lse[row * prm.lse_stride_row + head * prm.lse_stride_head] =
         empty ? -INFINITY : (m_all + log2f(w_sum)) * kLn2;
   }
+}
+
+template <int kPrefetch>
+__global__ void sparse_attention_merge_kernel(const AttnMergeParams prm) {
+  wait_for_prior_grid();  // the partials come from the attention kernel
+  merge_head_dim<kPrefetch>(prm, blockIdx.x, blockIdx.y, static_cast<int>(threadIdx.x));
 }
 
 // The in-cluster merge of sparse_attention_kernel: the splits of a (row, head chunk) are one

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/attention_problem.h"
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/row_map.cuh"
@@ -83,6 +84,15 @@ struct AttnMergeParams {
   int32_t splits;
   DType out_dtype;
 };
+
+// A call's attention parameters, unsplit (splits 1, no partials), which the launcher adjusts to
+// its plan; and the merge kernel's, from those (launch.cu).
+SparseAttnParams make_attn_params(const detail::AttentionProblem& pb);
+AttnMergeParams make_merge_params(const SparseAttnParams& prm, int64_t head_dim);
+// Whether the CUDA sparse attention serves the call (kNotSupported naming what it does not), and
+// whether its one-block kernel can run it (block_kernel.cuh).
+Status attention_supported(const detail::AttentionProblem& pb);
+bool attention_block_kernel_fits(const detail::AttentionProblem& pb);
 
 template <typename CacheT>
 struct KvTraits;

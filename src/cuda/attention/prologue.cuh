@@ -66,15 +66,17 @@ __device__ __forceinline__ void load_q(const SparseAttnParams& prm, int64_t row,
 
 // The row's top-k ids as build_attn_list takes them: entry e by thread e % kThreads, as
 // tk[e / kThreads]. In bounds for every row < T (topk is [Hkv, >= T, W]); padding rows ignore the
-// values, and entries e >= W (clamped here) are ignored where they are used.
-template <int kThreads, int kTkPer>
+// values, and entries e >= W (clamped here) are ignored where they are used. kInLaunch: the ids
+// were written earlier in this launch, which the non-coherent read-only path may not see.
+template <int kThreads, bool kInLaunch = false, int kTkPer>
 __device__ __forceinline__ void load_topk_ids(const SparseAttnParams& prm, int kvh, int64_t row,
                                               int tid, int32_t (&tk)[kTkPer]) {
   const int W = prm.topk_width;  // >= 1 (validated)
 #pragma unroll
   for (int r = 0; r < kTkPer; ++r) {
-    tk[r] = __ldg(prm.topk + kvh * prm.tk_stride_head + row * prm.tk_stride_row +
-                  min(tid + r * kThreads, W - 1) * prm.tk_stride_col);
+    const int32_t* p = prm.topk + kvh * prm.tk_stride_head + row * prm.tk_stride_row +
+                       min(tid + r * kThreads, W - 1) * prm.tk_stride_col;
+    tk[r] = kInLaunch ? __ldcg(p) : __ldg(p);
   }
 }
 
@@ -91,15 +93,21 @@ struct AttnCta {
   int64_t row;
   int kvh, hc, split, head0, nh;
 };
-__device__ __forceinline__ AttnCta attn_cta(const SparseAttnParams& prm) {
+// attn_cta_at: the same for the work item at (row, KV head x head chunk y, split), which a
+// persistent kernel's CTA takes in turn.
+__device__ __forceinline__ AttnCta attn_cta_at(const SparseAttnParams& prm, int64_t row, uint32_t y,
+                                               int split) {
   AttnCta a;
-  a.row = blockIdx.x;
-  a.kvh = static_cast<int>(div_u32(blockIdx.y, static_cast<uint32_t>(prm.head_chunks)));
-  a.hc = static_cast<int>(blockIdx.y) - a.kvh * prm.head_chunks;
-  a.split = blockIdx.z;
+  a.row = row;
+  a.kvh = static_cast<int>(div_u32(y, static_cast<uint32_t>(prm.head_chunks)));
+  a.hc = static_cast<int>(y) - a.kvh * prm.head_chunks;
+  a.split = split;
   a.head0 = a.kvh * prm.group + a.hc * kAttnHeads;
   a.nh = min(kAttnHeads, prm.group - a.hc * kAttnHeads);
   return a;
+}
+__device__ __forceinline__ AttnCta attn_cta(const SparseAttnParams& prm) {
+  return attn_cta_at(prm, blockIdx.x, blockIdx.y, static_cast<int>(blockIdx.z));
 }
 
 // The row of a CTA resolved (request, position), whether it attends at all (live), and its own

@@ -21,8 +21,9 @@ namespace cuda {
 // any of its blocks). The keys and the selection are those of the select kernel, so both paths
 // write the same bits. The tile bounds are recomputed here rather than kept live across the
 // scoring loop, whose registers are at the kernel's limit.
-__device__ void cluster_select_topk(const IndexScoreParams& prm, const IndexSelectParams& sel,
-                                    const uint32_t* block_max, SelectSmem& sm) {
+inline __device__ void cluster_select_topk(const IndexScoreParams& prm,
+                                           const IndexSelectParams& sel, const uint32_t* block_max,
+                                           SelectSmem& sm) {
   static_assert(kScoreThreads == kSelectThreads,
                 "write_row_topk_by_rank (rank count, warp tournament) runs on select-kernel CTAs");
   namespace cg = cooperative_groups;

@@ -115,6 +115,23 @@ Status check_supported(const IndexProblem& pb) {
   return Status::Ok();
 }
 
+// One CTA per (row, head); tables of more than kSelectThreads columns.
+template <int kKeys>
+__global__ void __launch_bounds__(kSelectThreads) index_select_kernel(const IndexSelectParams prm) {
+  __shared__ SelectSmem sm;
+  select_row_topk<kKeys>(prm, blockIdx.x, blockIdx.y, sm);
+}
+
+// One CTA per (row, head); tables of at most kSelectThreads columns. A kernel of its own, so that
+// its code is the rank path's alone: one select CTA runs with cold instruction caches at the end
+// of the index call, and its warps mostly waited for instructions while the path was one branch
+// of the wide-table kernel (bench/EXPERIMENTS.md: 2026-12-01-select-narrow-kernel).
+__global__ void __launch_bounds__(kSelectThreads)
+    index_select_narrow_kernel(const IndexSelectParams prm) {
+  __shared__ SelectSmem sm;
+  select_row_topk_by_rank(prm, blockIdx.x, blockIdx.y, sm);
+}
+
 using ScoreKernel = void (*)(IndexScoreParams);
 
 template <typename CacheT>
@@ -393,20 +410,9 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
 
   const RowMap rows =
       make_row_map(pb.seq_lens, pb.cu_seqlens_q, pb.query_len, T, pb.max_blocks(), pb.block_size());
-  int32_t* flags = pb.error_flags.defined() ? pb.error_flags.ptr<int32_t>() : nullptr;
   auto* scores = static_cast<float*>(workspace.data);
 
-  IndexSelectParams sel;
-  sel.scores = scores;
-  sel.rows = rows;
-  sel.topk = pb.params.topk;
-  sel.init_blocks = pb.params.init_blocks;
-  sel.local_blocks = pb.params.local_blocks;
-  sel.out = pb.topk_out.ptr<int32_t>();
-  sel.out_stride_head = pb.topk_out.strides[0];
-  sel.out_stride_row = pb.topk_out.strides[1];
-  sel.out_stride_col = pb.topk_out.strides[2];
-  sel.out_cols = pb.topk_out.shape[2];
+  const IndexSelectParams sel = make_select_params(pb, rows, scores);
 
   if (pb.num_requests() > 0 && prefill::index_scores_supported(pb)) {
     MSA_RETURN_IF_ERROR(prefill::run_index_scores(
@@ -427,33 +433,13 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
                                    std::to_string(row_tiles) + " row tiles x " +
                                    std::to_string(plan.chunks) + " block chunks)");
     }
-    IndexScoreParams prm;
-    prm.index_q = pb.index_q.data;
-    prm.q_dtype = pb.index_q.dtype;
-    prm.q_stride_row = pb.index_q.strides[0];
-    prm.q_stride_head = pb.index_q.strides[1];
-    prm.q_stride_dim = pb.index_q.strides[2];
-    prm.cache = pb.index_cache.data;
-    prm.cache_stride_page = pb.index_cache.strides[0];
-    prm.cache_stride_key = pb.index_cache.strides[1];
-    prm.num_cache_blocks = pb.index_cache.shape[0];
-    prm.block_table = pb.block_table.ptr<const int32_t>();
-    prm.bt_stride_req = pb.block_table.strides[0];
-    prm.bt_stride_block = pb.block_table.strides[1];
-    prm.rows = rows;
-    prm.num_heads = static_cast<int32_t>(pb.num_heads());
-    prm.head_dim = static_cast<int32_t>(pb.head_dim());
-    prm.rows_per_tile = rpt;
+    IndexScoreParams prm = make_score_params(pb, rows, scores);
     prm.blocks_per_cta = plan.blocks_per_cta;
-    prm.scores = scores;
-    prm.error_flags = flags;
     prm.early_select = plan.early_select;
-    prm.balanced_lead = 0;
     const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(plan.chunks));
     const char* name = uses_tensor_cores(pb) ? "index_score_mma_kernel" : "index_score_kernel";
     if (plan.balanced_ctas > 0) {
-      prm.balanced_lead = static_cast<int16_t>(detail::balanced_lead_units(
-          pb.index_cache.shape[1] * pb.head_dim() * dtype_size(pb.index_cache.dtype)));
+      prm.balanced_lead = balanced_lead(pb);
       const BalancedScorer scorer = balanced_scorer(pb);
       MSA_RETURN_IF_ERROR(launch_kernel("index_score_mma_balanced_kernel", scorer.kernel,
                                         dim3(1, static_cast<unsigned>(plan.balanced_ctas)),
@@ -479,6 +465,56 @@ Status run_problem(const IndexProblem& pb, Workspace workspace, Stream stream) {
 }
 
 }  // namespace
+
+IndexScoreParams make_score_params(const detail::IndexTopkProblem& pb, const RowMap& rows,
+                                   float* scores) {
+  IndexScoreParams prm;
+  prm.index_q = pb.index_q.data;
+  prm.q_dtype = pb.index_q.dtype;
+  prm.q_stride_row = pb.index_q.strides[0];
+  prm.q_stride_head = pb.index_q.strides[1];
+  prm.q_stride_dim = pb.index_q.strides[2];
+  prm.cache = pb.index_cache.data;
+  prm.cache_stride_page = pb.index_cache.strides[0];
+  prm.cache_stride_key = pb.index_cache.strides[1];
+  prm.num_cache_blocks = pb.index_cache.shape[0];
+  prm.block_table = pb.block_table.ptr<const int32_t>();
+  prm.bt_stride_req = pb.block_table.strides[0];
+  prm.bt_stride_block = pb.block_table.strides[1];
+  prm.rows = rows;
+  prm.num_heads = static_cast<int32_t>(pb.num_heads());
+  prm.head_dim = static_cast<int32_t>(pb.head_dim());
+  prm.rows_per_tile = rows_per_tile(pb);
+  prm.blocks_per_cta = 1;
+  prm.scores = scores;
+  prm.error_flags = pb.error_flags.defined() ? pb.error_flags.ptr<int32_t>() : nullptr;
+  prm.early_select = false;
+  prm.balanced_lead = 0;
+  return prm;
+}
+
+Status index_supported(const detail::IndexTopkProblem& pb) { return check_supported(pb); }
+
+int16_t balanced_lead(const detail::IndexTopkProblem& pb) {
+  return static_cast<int16_t>(detail::balanced_lead_units(pb.index_cache.shape[1] * pb.head_dim() *
+                                                          dtype_size(pb.index_cache.dtype)));
+}
+
+IndexSelectParams make_select_params(const detail::IndexTopkProblem& pb, const RowMap& rows,
+                                     const float* scores) {
+  IndexSelectParams sel;
+  sel.scores = scores;
+  sel.rows = rows;
+  sel.topk = pb.params.topk;
+  sel.init_blocks = pb.params.init_blocks;
+  sel.local_blocks = pb.params.local_blocks;
+  sel.out = pb.topk_out.ptr<int32_t>();
+  sel.out_stride_head = pb.topk_out.strides[0];
+  sel.out_stride_row = pb.topk_out.strides[1];
+  sel.out_stride_col = pb.topk_out.strides[2];
+  sel.out_cols = pb.topk_out.shape[2];
+  return sel;
+}
 
 Status workspace_size(const IndexTopkDecodeArgs& args, size_t* bytes) {
   *bytes = workspace_bytes(detail::index_topk_problem(args));

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "core/index_topk_problem.h"
 #include "cuda/common.cuh"
 #include "cuda/row_map.cuh"
 
@@ -56,6 +57,17 @@ struct IndexScoreParams {
 // chunks of a request one cluster that selects its top-k (cluster_select_topk), or equal shares
 // of all requests' visible blocks found at run time (IndexLaunchPlan::balanced_ctas).
 enum class ScoreGrid { kStatic, kClusterSelect, kBalanced };
+
+// A call's score and select kernel parameters (launch.cu), block maxima in `scores`; the score
+// parameters of a static grid of one-block CTAs, which the launcher adjusts to its plan.
+IndexScoreParams make_score_params(const detail::IndexTopkProblem& pb, const RowMap& rows,
+                                   float* scores);
+IndexSelectParams make_select_params(const detail::IndexTopkProblem& pb, const RowMap& rows,
+                                     const float* scores);
+// Whether the CUDA indexer serves the call (kNotSupported naming what it does not).
+Status index_supported(const detail::IndexTopkProblem& pb);
+// IndexScoreParams::balanced_lead of a balanced grid over the call's index cache.
+int16_t balanced_lead(const detail::IndexTopkProblem& pb);
 
 }  // namespace cuda
 }  // namespace msa

@@ -1,5 +1,6 @@
 // The indexer's exact top-k selection (spec A3): selection keys, the rank count, the warp
-// tournament, candidate sets and the radix descent, and the select kernels.
+// tournament, candidate sets and the radix descent: the device steps of the select kernels
+// (launch.cu), the in-cluster selection and the persistent decode step.
 #pragma once
 
 #include <cstdint>
@@ -187,7 +188,7 @@ constexpr int64_t kTournamentMinBlocks = 64;
 // slower than these loops and no faster than the count (bench/EXPERIMENTS.md:
 // 2026-12-01-select-tournament-rolled). Uses sm.keys; returns after a barrier, so sm.keys may be
 // reused at once.
-__device__ uint64_t tournament_threshold(uint64_t key, int64_t kept, SelectSmem& sm) {
+inline __device__ uint64_t tournament_threshold(uint64_t key, int64_t kept, SelectSmem& sm) {
   static_assert(
       kSelectWarps * kTournamentKeys + kSelectWarps / 2 * kTournamentKeys <= kSelectThreads,
       "both merge buffers fit sm.keys");
@@ -296,8 +297,8 @@ __device__ bool select_candidates(const IndexSelectParams& prm, int64_t row, int
 // by counting ranks against the keys in shared memory (one pass of nvb broadcast reads per warp
 // that holds a visible block and two CTA barriers, where the radix descent needs two barriers
 // per 8-bit digit it resolves). Same total order, same output.
-__device__ void write_row_topk_by_rank(const IndexSelectParams& prm, int64_t row, int64_t h,
-                                       float raw, int64_t nvb, SelectSmem& sm) {
+inline __device__ void write_row_topk_by_rank(const IndexSelectParams& prm, int64_t row, int64_t h,
+                                              float raw, int64_t nvb, SelectSmem& sm) {
   const int tid = threadIdx.x;
   const int64_t kept = min(static_cast<int64_t>(prm.topk), nvb);
   const bool visible = tid < nvb;
@@ -334,8 +335,8 @@ __device__ __forceinline__ int64_t visible_blocks(const RowInfo& info, int64_t p
 }
 
 // select_row_topk for block tables of at most kSelectThreads columns, from the score workspace.
-__device__ void select_row_topk_by_rank(const IndexSelectParams& prm, int64_t row, int64_t h,
-                                        SelectSmem& sm) {
+inline __device__ void select_row_topk_by_rank(const IndexSelectParams& prm, int64_t row, int64_t h,
+                                               SelectSmem& sm) {
   const int64_t T = prm.rows.num_rows;
   const int64_t max_blocks = prm.rows.max_blocks;
   // Loaded before the row's length is known (column clamped into the row; none when the table
@@ -551,23 +552,6 @@ __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64
 inline int select_keys_per_thread(int64_t max_blocks) {
   const int64_t per_thread = (max_blocks + kSelectThreads - 1) / kSelectThreads;
   return per_thread <= 4 ? 4 : per_thread <= 8 ? 8 : kSelectKeysPerThread;
-}
-
-// One CTA per (row, head); tables of more than kSelectThreads columns.
-template <int kKeys>
-__global__ void __launch_bounds__(kSelectThreads) index_select_kernel(const IndexSelectParams prm) {
-  __shared__ SelectSmem sm;
-  select_row_topk<kKeys>(prm, blockIdx.x, blockIdx.y, sm);
-}
-
-// One CTA per (row, head); tables of at most kSelectThreads columns. A kernel of its own, so that
-// its code is the rank path's alone: one select CTA runs with cold instruction caches at the end
-// of the index call, and its warps mostly waited for instructions while the path was one branch
-// of the wide-table kernel (bench/EXPERIMENTS.md: 2026-12-01-select-narrow-kernel).
-__global__ void __launch_bounds__(kSelectThreads)
-    index_select_narrow_kernel(const IndexSelectParams prm) {
-  __shared__ SelectSmem sm;
-  select_row_topk_by_rank(prm, blockIdx.x, blockIdx.y, sm);
 }
 
 }  // namespace cuda
