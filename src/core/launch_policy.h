@@ -436,25 +436,23 @@ inline DecodeStepChoice parse_decode_step_choice(const char* value) {
 enum class DecodeStepPath { kPersistent, kChain, kNotSupported };
 
 // How a decode step call runs. `applies`: the persistent kernel serves the call's dtypes, shapes
-// and strides and the device can hold its grid (the CUDA launcher decides). By default it runs
-// the calls whose attention op would take one CTA per selected block (plan_attention_launch's
-// block_ctas rule: rows x head groups x topk_width <= kAttnCtasPerSm per SM, topk_width 2..64),
-// so that its attention phase does the op's work in the op's order and gives its bits, except
-// batch-invariant calls: their attention op cuts rows into fixed 32-subtile splits, so switching
-// to the kernel's per-block splits by batch size would change a request's bits with the batch.
-// Larger batches, whose launches are a small share of the step, keep the two ops.
+// and strides and the device can hold its grid (the CUDA launcher decides). By default the two
+// ops: the persistent kernel measured 1.2-2.1x slower than them on an H100 at TP4 batch 1-16
+// (bench/results/2026-12-06-c2a2f9a-h100-final.md), so it runs only when asked for, and only where
+// it gives the ops' bits: calls whose attention op would take one CTA per selected block
+// (plan_attention_launch's block_ctas rule: rows x head groups x topk_width <= kAttnCtasPerSm per
+// SM, topk_width 2..64) and that are not batch invariant (their attention op cuts rows into fixed
+// 32-subtile splits, whose bits the kernel's per-block splits would not reproduce). A forced call
+// outside that is kNotSupported.
 inline DecodeStepPath decode_step_path(DecodeStepChoice choice, bool applies, bool batch_invariant,
                                        int64_t rows, int64_t head_groups, int64_t topk_width,
                                        int sm_count) {
-  if (choice == DecodeStepChoice::kChain) return DecodeStepPath::kChain;
-  if (choice == DecodeStepChoice::kPersistent) {
-    return applies ? DecodeStepPath::kPersistent : DecodeStepPath::kNotSupported;
-  }
+  if (choice != DecodeStepChoice::kPersistent) return DecodeStepPath::kChain;
   const int64_t wanted = kAttnCtasPerSm * std::max(sm_count, 1);
   const bool block_ctas = rows > 0 && head_groups > 0 && topk_width > 1 &&
                           topk_width <= kAttnMaxSplits && rows * head_groups * topk_width <= wanted;
   return applies && !batch_invariant && block_ctas ? DecodeStepPath::kPersistent
-                                                   : DecodeStepPath::kChain;
+                                                   : DecodeStepPath::kNotSupported;
 }
 
 }  // namespace detail

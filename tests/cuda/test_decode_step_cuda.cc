@@ -189,6 +189,19 @@ TEST(DecodeStepPersistent, ForcedWhereItDoesNotApplyIsNotSupported) {
   EXPECT_NE(st.message().find("attention.kv_cache"), std::string::npos) << st.to_string();
 }
 
+// Batch-invariant calls keep the attention op's fixed splits, whose bits the kernel's per-block
+// splits would not give: forcing the kernel there is refused, not run.
+TEST(DecodeStepPersistent, ForcedOnABatchInvariantCallIsNotSupported) {
+  MSA_REQUIRE_TEST_DEVICE();
+  StepSpec spec;
+  spec.batch_invariant = true;
+  auto b = step::make_step_batch(spec, test_device());
+  const ScopedStepChoice choice("persistent");
+  const Status st = attn::run_op(step::step_args(*b), b->device);
+  EXPECT_EQ(st.code(), StatusCode::kNotSupported) << st.to_string();
+  EXPECT_NE(st.message().find("batch-invariant"), std::string::npos) << st.to_string();
+}
+
 }  // namespace
 }  // namespace test
 }  // namespace msa

@@ -665,37 +665,35 @@ TEST(DecodeStepChoice, ParsesTheEnvironmentValue) {
   EXPECT_EQ(parse_decode_step_choice("chain"), DecodeStepChoice::kChain);
 }
 
-// By default the persistent step runs exactly where the attention op would take one CTA per
-// selected block (rows x head groups x width <= 2 per SM), never for batch-invariant calls;
-// "persistent" forces it (not supported where it does not apply), "chain" never takes it.
-TEST(DecodeStepPath, DefaultFollowsTheOneBlockAttentionRule) {
+// By default the two ops; "persistent" takes the kernel exactly where the attention op would take
+// one CTA per selected block (rows x head groups x width <= 2 per SM) and the call is not batch
+// invariant, and is not supported elsewhere; "chain" never takes it.
+TEST(DecodeStepPath, ChainByDefaultPersistentWhereItGivesTheOpsBits) {
   const auto path = [](DecodeStepChoice c, bool applies, bool invariant, int64_t rows,
                        int64_t groups, int64_t width) {
     return decode_step_path(c, applies, invariant, rows, groups, width, 132);
   };
-  const DecodeStepChoice dflt = DecodeStepChoice::kDefault;
+  for (DecodeStepChoice c : {DecodeStepChoice::kDefault, DecodeStepChoice::kChain}) {
+    EXPECT_EQ(path(c, true, false, 1, 1, 16), DecodeStepPath::kChain);
+    EXPECT_EQ(path(c, true, false, 16, 1, 16), DecodeStepPath::kChain);
+    EXPECT_EQ(path(c, false, false, 1, 1, 16), DecodeStepPath::kChain);
+    EXPECT_EQ(path(c, true, true, 1, 1, 16), DecodeStepPath::kChain);
+  }
+  const DecodeStepChoice forced = DecodeStepChoice::kPersistent;
   // TP4 (one KV head group), top-16: batch 1-16 at one row each fit 264 CTAs; 17 do not.
-  EXPECT_EQ(path(dflt, true, false, 1, 1, 16), DecodeStepPath::kPersistent);
-  EXPECT_EQ(path(dflt, true, false, 16, 1, 16), DecodeStepPath::kPersistent);
-  EXPECT_EQ(path(dflt, true, false, 17, 1, 16), DecodeStepPath::kChain);
-  // Batch 4 with 4 speculative rows: 16 rows.
-  EXPECT_EQ(path(dflt, true, false, 16, 1, 16), DecodeStepPath::kPersistent);
+  EXPECT_EQ(path(forced, true, false, 1, 1, 16), DecodeStepPath::kPersistent);
+  EXPECT_EQ(path(forced, true, false, 16, 1, 16), DecodeStepPath::kPersistent);
+  EXPECT_EQ(path(forced, true, false, 17, 1, 16), DecodeStepPath::kNotSupported);
   // Two head groups halve the batch it takes.
-  EXPECT_EQ(path(dflt, true, false, 8, 2, 16), DecodeStepPath::kPersistent);
-  EXPECT_EQ(path(dflt, true, false, 9, 2, 16), DecodeStepPath::kChain);
-  // Widths the one-block attention plan does not take.
-  EXPECT_EQ(path(dflt, true, false, 1, 1, 1), DecodeStepPath::kChain);
-  EXPECT_EQ(path(dflt, true, false, 1, 1, 128), DecodeStepPath::kChain);
-  EXPECT_EQ(path(dflt, true, false, 0, 1, 16), DecodeStepPath::kChain);
-  // Not applicable, or batch invariant: the two ops.
-  EXPECT_EQ(path(dflt, false, false, 1, 1, 16), DecodeStepPath::kChain);
-  EXPECT_EQ(path(dflt, true, true, 1, 1, 16), DecodeStepPath::kChain);
-  // Forced either way.
-  EXPECT_EQ(path(DecodeStepChoice::kPersistent, true, true, 64, 4, 16),
-            DecodeStepPath::kPersistent);
-  EXPECT_EQ(path(DecodeStepChoice::kPersistent, false, false, 1, 1, 16),
-            DecodeStepPath::kNotSupported);
-  EXPECT_EQ(path(DecodeStepChoice::kChain, true, false, 1, 1, 16), DecodeStepPath::kChain);
+  EXPECT_EQ(path(forced, true, false, 8, 2, 16), DecodeStepPath::kPersistent);
+  EXPECT_EQ(path(forced, true, false, 9, 2, 16), DecodeStepPath::kNotSupported);
+  // Widths the one-block attention plan does not take, no rows.
+  EXPECT_EQ(path(forced, true, false, 1, 1, 1), DecodeStepPath::kNotSupported);
+  EXPECT_EQ(path(forced, true, false, 1, 1, 128), DecodeStepPath::kNotSupported);
+  EXPECT_EQ(path(forced, true, false, 0, 1, 16), DecodeStepPath::kNotSupported);
+  // Not applicable, or batch invariant.
+  EXPECT_EQ(path(forced, false, false, 1, 1, 16), DecodeStepPath::kNotSupported);
+  EXPECT_EQ(path(forced, true, true, 1, 1, 16), DecodeStepPath::kNotSupported);
 }
 
 }  // namespace

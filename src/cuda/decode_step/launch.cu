@@ -164,7 +164,12 @@ Status run(const SparseDecodeStepArgs& args, Workspace workspace, Stream stream)
       return detail::not_supported(
           "decode step: MSA_CUDA_DECODE_STEP=persistent, but the persistent kernel does not "
           "serve this call: " +
-          (gap.empty() ? std::string("the device cannot hold one CTA of it per SM") : gap));
+          (!gap.empty()       ? gap
+           : ctas_per_sm == 0 ? std::string("the device cannot hold one CTA of it per SM")
+           : ap.batch_invariant
+               ? std::string("batch-invariant calls keep the attention op's splits")
+               : std::string("more rows x head groups x top-k width than one CTA "
+                             "per selected block (2 per SM)")));
     case detail::DecodeStepPath::kPersistent:
       break;
   }
