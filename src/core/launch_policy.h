@@ -400,16 +400,17 @@ inline PrefillChoice parse_prefill_choice(const char* value) {
 }
 
 // Whether a prefill attention call that the tensor-core kernel supports takes it under `choice`.
-// By default it does, except over e4m3 caches for sparse attention, which ran at 0.5x and 0.3x
-// the CUDA-core kernels' speed at 16K and 64K prompts on an H100
-// (bench/results/2026-12-05-d14530c-prefill-tc-first.md) before 69c04e9 let its e4m3 producer
-// keep several loads in flight, and with per-token-head scales, whose tensor-core path has not
-// run on a GPU: choose again once both are measured.
+// By default it does, except sparse attention over e4m3 caches: there the tensor-core kernel's
+// e4m3 producer (loads, conversion to bf16, stores by one warpgroup) ran at 0.5-0.75x the
+// CUDA-core kernels' speed at 16K-128K prompts on an H100
+// (bench/results/2026-12-06-c2a2f9a-h100-final.md). Dense attention over e4m3 takes it with either
+// scale mode: the CUDA-core dense kernels ran at 12 useful TF/s there against 342-383 for the
+// tensor-core kernel with per-layer scales, and the per-token-head variant passed the same suite.
 inline bool prefill_attention_takes_tensor_cores(PrefillChoice choice, bool sparse,
-                                                 DType cache_dtype, KvScaleMode scale_mode) {
+                                                 DType cache_dtype) {
   if (choice == PrefillChoice::kSimt) return false;
   if (choice == PrefillChoice::kTensorCores) return true;
-  return !(cache_dtype == DType::kE4M3 && (sparse || scale_mode == KvScaleMode::kPerTokenHead));
+  return !(cache_dtype == DType::kE4M3 && sparse);
 }
 
 // The same for the prefill index scorer: by default wherever it applies.

@@ -630,28 +630,23 @@ TEST(PrefillKernelChoice, ParsesTheEnvironmentValue) {
   EXPECT_EQ(parse_prefill_choice("tcx"), PrefillChoice::kDefault);
 }
 
-// By default every supported prefill call takes the tensor cores except e4m3 sparse attention
-// and e4m3 caches with per-token-head scales; "tc" takes them everywhere, "simt" nowhere.
-TEST(PrefillKernelChoice, DefaultsPerFormDtypeAndScaleMode) {
-  const auto takes = [](PrefillChoice c, bool sparse, DType dt, KvScaleMode m) {
-    return prefill_attention_takes_tensor_cores(c, sparse, dt, m);
+// By default every supported prefill call takes the tensor cores except sparse attention over
+// e4m3 caches; "tc" takes them everywhere, "simt" nowhere.
+TEST(PrefillKernelChoice, DefaultsPerFormAndDtype) {
+  const auto takes = [](PrefillChoice c, bool sparse, DType dt) {
+    return prefill_attention_takes_tensor_cores(c, sparse, dt);
   };
   for (bool sparse : {false, true}) {
     for (DType dt : {DType::kBF16, DType::kF16}) {
-      EXPECT_TRUE(takes(PrefillChoice::kDefault, sparse, dt, KvScaleMode::kNone));
+      EXPECT_TRUE(takes(PrefillChoice::kDefault, sparse, dt));
     }
-    EXPECT_FALSE(takes(PrefillChoice::kDefault, sparse, DType::kE4M3, KvScaleMode::kPerTokenHead));
     for (DType dt : {DType::kBF16, DType::kF16, DType::kE4M3}) {
-      for (KvScaleMode m :
-           {KvScaleMode::kNone, KvScaleMode::kPerLayer, KvScaleMode::kPerTokenHead}) {
-        EXPECT_TRUE(takes(PrefillChoice::kTensorCores, sparse, dt, m));
-        EXPECT_FALSE(takes(PrefillChoice::kSimt, sparse, dt, m));
-      }
+      EXPECT_TRUE(takes(PrefillChoice::kTensorCores, sparse, dt));
+      EXPECT_FALSE(takes(PrefillChoice::kSimt, sparse, dt));
     }
   }
-  EXPECT_TRUE(takes(PrefillChoice::kDefault, false, DType::kE4M3, KvScaleMode::kPerLayer));
-  EXPECT_TRUE(takes(PrefillChoice::kDefault, false, DType::kE4M3, KvScaleMode::kNone));
-  EXPECT_FALSE(takes(PrefillChoice::kDefault, true, DType::kE4M3, KvScaleMode::kPerLayer));
+  EXPECT_TRUE(takes(PrefillChoice::kDefault, false, DType::kE4M3));
+  EXPECT_FALSE(takes(PrefillChoice::kDefault, true, DType::kE4M3));
   EXPECT_TRUE(prefill_index_takes_tensor_cores(PrefillChoice::kDefault));
   EXPECT_TRUE(prefill_index_takes_tensor_cores(PrefillChoice::kTensorCores));
   EXPECT_FALSE(prefill_index_takes_tensor_cores(PrefillChoice::kSimt));

@@ -94,8 +94,7 @@ Status launch_for_dtype(const AttentionProblem& pb, const CUtensorMap& k_map,
 
 bool attention_supported(const AttentionProblem& pb) {
   const KvCacheView& kv = pb.kv;
-  if (!detail::prefill_attention_takes_tensor_cores(prefill_choice(), pb.sparse(), kv.k.dtype,
-                                                    kv.scale_mode))
+  if (!detail::prefill_attention_takes_tensor_cores(prefill_choice(), pb.sparse(), kv.k.dtype))
     return false;
   if (pb.q.shape[2] != kAttnDim || kv.head_dim() != kAttnDim || kv.block_size() != kAttnKeys)
     return false;
