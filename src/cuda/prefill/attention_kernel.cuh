@@ -210,8 +210,12 @@ __device__ __forceinline__ void convert_e4m3_block(const AttnParams& p, int64_t 
   }
 }
 
-// softmax_step without the rescale of o: returns the factors in corr, for a caller whose P.V of
-// the previous block is still in flight on o.
+// Online-softmax step of one block for this thread's two rows, short of rescaling O. s: the
+// block's logits (raw dot products); lim0 / lim1: the last visible column of each row (-1: the
+// row does not take the block). Updates m (base-2 running maxima of the scaled logits) and l (this
+// thread's partial sums), leaves P in s and the rows' rescale factors of O in corr (applied by
+// the caller, after any P.V still in flight on O). The scale multiplies before the maximum, so
+// any sign works.
 __device__ __forceinline__ void softmax_step_deferred(float (&s)[64], float (&m)[2], float (&l)[2],
                                                       float (&corr)[2], int t, int lim0, int lim1,
                                                       float scale_log2) {
@@ -224,42 +228,6 @@ __device__ __forceinline__ void softmax_step_deferred(float (&s)[64], float (&m)
     mx[h] = fmaxf(mx[h], s[i]);
   }
   float neg_m[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFFu, mx[h], 1));
-    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFFu, mx[h], 2));
-    const float m_new = fmaxf(m[h], mx[h]);
-    corr[h] = m_new == -INFINITY ? 1.0f : exp2f(m[h] - m_new);
-    neg_m[h] = m_new == -INFINITY ? 0.0f : -m_new;
-    m[h] = m_new;
-  }
-  float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-  for (int i = 0; i < 64; ++i) {
-    const int h = (i >> 1) & 1;
-    s[i] = exp2f(s[i] + neg_m[h]);
-    sum[h] += s[i];
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) l[h] = l[h] * corr[h] + sum[h];
-}
-
-// Online-softmax step of one block for this thread's two rows. s: the block's logits (raw dot
-// products); lim0 / lim1: the last visible column of each row (-1: the row does not take the
-// block). Updates m (base-2 running maxima of the scaled logits), l (this thread's partial sums)
-// and rescales o, and leaves P in s. The scale multiplies before the maximum, so any sign works.
-__device__ __forceinline__ void softmax_step(float (&s)[64], float (&o)[64], float (&m)[2],
-                                             float (&l)[2], int t, int lim0, int lim1,
-                                             float scale_log2) {
-  float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-  for (int i = 0; i < 64; ++i) {
-    const int h = (i >> 1) & 1;
-    const bool vis = sm90::acc_col(t, i) <= (h ? lim1 : lim0);
-    s[i] = vis ? s[i] * scale_log2 : -INFINITY;
-    mx[h] = fmaxf(mx[h], s[i]);
-  }
-  float neg_m[2], corr[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFFu, mx[h], 1));
@@ -279,6 +247,15 @@ __device__ __forceinline__ void softmax_step(float (&s)[64], float (&o)[64], flo
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) l[h] = l[h] * corr[h] + sum[h];
+}
+
+// Online-softmax step of one block for this thread's two rows: softmax_step_deferred, then o
+// rescaled by the row factors.
+__device__ __forceinline__ void softmax_step(float (&s)[64], float (&o)[64], float (&m)[2],
+                                             float (&l)[2], int t, int lim0, int lim1,
+                                             float scale_log2) {
+  float corr[2];
+  softmax_step_deferred(s, m, l, corr, t, lim0, lim1, scale_log2);
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
 }
