@@ -478,14 +478,9 @@ struct AttnRows {
   float m[2], l[2];
 };
 
-// Consumer step: one block for this warpgroup's 64 rows. S = Q K^T, the rows' masks, an online
-// softmax step, P rounded to the MMA type in registers, O += P V. The MMAs complete inside the
-// step, so no wgmma is in flight across the caller's branches.
+// Issues S = Q K^T of one block into s_acc (fenced before, committed, not waited for).
 template <sm90::Mma16 kMma>
-__device__ __forceinline__ void consume_block(AttnRows& r, float (&s_acc)[64], uint32_t q_addr,
-                                              uint32_t kt, uint32_t vt, uint64_t* full_v,
-                                              uint32_t phase, uint32_t mask, bool is_own, int t,
-                                              float scale_log2) {
+__device__ __forceinline__ void issue_qk_mma(uint32_t q_addr, uint32_t kt, float (&s_acc)[64]) {
   sm90::fence_acc(s_acc);
   sm90::mma_begin();
 #pragma unroll
@@ -495,6 +490,41 @@ __device__ __forceinline__ void consume_block(AttnRows& r, float (&s_acc)[64], u
                               kk == 0 ? sm90::gmma::ScaleOut::Zero : sm90::gmma::ScaleOut::One);
   }
   sm90::mma_commit();
+}
+
+// P (the softmax step's probabilities in s_acc) rounded to the MMA type as the A fragments of P.V.
+template <sm90::Mma16 kMma>
+__device__ __forceinline__ void pack_p(const float (&s_acc)[64], uint32_t (&pa)[8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      pa[kk][j] = sm90::pack2<kMma>(s_acc[8 * kk + 2 * j], s_acc[8 * kk + 2 * j + 1]);
+  }
+}
+
+// Issues O += P V of one block (fenced before, committed, not waited for).
+template <sm90::Mma16 kMma>
+__device__ __forceinline__ void issue_pv_mma(const uint32_t (&pa)[8][4], uint32_t vt,
+                                             float (&o)[64]) {
+  sm90::fence_acc(o);
+  sm90::mma_begin();
+#pragma unroll
+  for (int kk = 0; kk < kAttnKeys / 16; ++kk) {
+    sm90::mma_rs<kMma>(pa[kk], sm90::mnmajor16_desc(vt, kAttnKeys, kk), o);
+  }
+  sm90::mma_commit();
+}
+
+// Consumer step: one block for this warpgroup's 64 rows. S = Q K^T, the rows' masks, an online
+// softmax step, P rounded to the MMA type in registers, O += P V. The MMAs complete inside the
+// step, so no wgmma is in flight across the caller's branches.
+template <sm90::Mma16 kMma>
+__device__ __forceinline__ void consume_block(AttnRows& r, float (&s_acc)[64], uint32_t q_addr,
+                                              uint32_t kt, uint32_t vt, uint64_t* full_v,
+                                              uint32_t phase, uint32_t mask, bool is_own, int t,
+                                              float scale_log2) {
+  issue_qk_mma<kMma>(q_addr, kt, s_acc);
   sm90::mma_wait<0>();
   sm90::fence_acc(s_acc);
   int lim[2];
@@ -505,20 +535,9 @@ __device__ __forceinline__ void consume_block(AttnRows& r, float (&s_acc)[64], u
   }
   softmax_step(s_acc, r.o, r.m, r.l, t, lim[0], lim[1], scale_log2);
   uint32_t pa[8][4];
-#pragma unroll
-  for (int kk = 0; kk < 8; ++kk) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      pa[kk][j] = sm90::pack2<kMma>(s_acc[8 * kk + 2 * j], s_acc[8 * kk + 2 * j + 1]);
-  }
+  pack_p<kMma>(s_acc, pa);
   sm90::barrier_wait(full_v, phase);
-  sm90::fence_acc(r.o);
-  sm90::mma_begin();
-#pragma unroll
-  for (int kk = 0; kk < kAttnKeys / 16; ++kk) {
-    sm90::mma_rs<kMma>(pa[kk], sm90::mnmajor16_desc(vt, kAttnKeys, kk), r.o);
-  }
-  sm90::mma_commit();
+  issue_pv_mma<kMma>(pa, vt, r.o);
   sm90::mma_wait<0>();
   sm90::fence_acc(r.o);
 }
@@ -537,40 +556,17 @@ __device__ __forceinline__ void consume_dense_pipelined(AttnRows& r, const AttnW
   float s_acc[64];
   uint32_t pa[8][4];
   auto issue_qk = [&](int u) {
-    const uint32_t kt = k_base + static_cast<uint32_t>((u % kAttnStages) * kTile16Bytes);
-    sm90::fence_acc(s_acc);
-    sm90::mma_begin();
-#pragma unroll
-    for (int kk = 0; kk < kAttnDim / 16; ++kk) {
-      sm90::mma_ss<kMma, false>(sm90::kmajor16_desc(q_addr, kAttnRows, kk),
-                                sm90::kmajor16_desc(kt, kAttnKeys, kk), s_acc,
-                                kk == 0 ? sm90::gmma::ScaleOut::Zero : sm90::gmma::ScaleOut::One);
-    }
-    sm90::mma_commit();
+    issue_qk_mma<kMma>(q_addr, k_base + static_cast<uint32_t>((u % kAttnStages) * kTile16Bytes),
+                       s_acc);
   };
   auto issue_pv = [&](int u) {
-    const uint32_t vt = v_base + static_cast<uint32_t>((u % kAttnStages) * kTile16Bytes);
-    sm90::fence_acc(r.o);
-    sm90::mma_begin();
-#pragma unroll
-    for (int kk = 0; kk < kAttnKeys / 16; ++kk) {
-      sm90::mma_rs<kMma>(pa[kk], sm90::mnmajor16_desc(vt, kAttnKeys, kk), r.o);
-    }
-    sm90::mma_commit();
+    issue_pv_mma<kMma>(pa, v_base + static_cast<uint32_t>((u % kAttnStages) * kTile16Bytes), r.o);
   };
   auto limits = [&](int u, int(&lim)[2]) {
     const bool usable = ss->stage_page[u % kAttnStages] >= 0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       lim[h] = r.live[h] && usable ? (u == w.own ? r.own_lim[h] : kAttnKeys - 1) : -1;
-    }
-  };
-  auto pack = [&]() {
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        pa[kk][j] = sm90::pack2<kMma>(s_acc[8 * kk + 2 * j], s_acc[8 * kk + 2 * j + 1]);
     }
   };
   auto phase = [](int u) { return static_cast<uint32_t>((u / kAttnStages) & 1); };
@@ -584,7 +580,7 @@ __device__ __forceinline__ void consume_dense_pipelined(AttnRows& r, const AttnW
     limits(0, lim);
     float corr[2];
     softmax_step_deferred(s_acc, r.m, r.l, corr, t, lim[0], lim[1], scale_log2);
-    pack();
+    pack_p<kMma>(s_acc, pa);
   }
   for (int u = 1; u < w.nblocks; ++u) {
     sm90::barrier_wait(&ss->full_k[u % kAttnStages], phase(u));
@@ -602,7 +598,7 @@ __device__ __forceinline__ void consume_dense_pipelined(AttnRows& r, const AttnW
     sm90::barrier_arrive(&ss->empty[(u - 1) % kAttnStages]);
 #pragma unroll
     for (int i = 0; i < 64; ++i) r.o[i] *= corr[(i >> 1) & 1];
-    pack();
+    pack_p<kMma>(s_acc, pa);
   }
   const int last = w.nblocks - 1;
   sm90::barrier_wait(&ss->full_v[last % kAttnStages], phase(last));
