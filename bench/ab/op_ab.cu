@@ -30,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <numeric>
 #include <random>
 #include <string>
@@ -128,6 +129,18 @@ uint64_t fnv(const void* data, size_t bytes) {
   uint64_t h = 1469598103934665603ull;
   for (size_t i = 0; i < bytes; ++i) h = (h ^ b[i]) * 1099511628211ull;
   return h;
+}
+
+// The fnv hash of device buffers' bytes, one after the other (an op's outputs).
+bool hash_device(std::initializer_list<std::pair<const void*, size_t>> parts, uint64_t* h) {
+  std::vector<unsigned char> host;
+  for (const auto& [ptr, bytes] : parts) {
+    const size_t at = host.size();
+    host.resize(at + bytes);
+    AB_CHECK(cudaMemcpy(host.data() + at, ptr, bytes, cudaMemcpyDeviceToHost));
+  }
+  *h = fnv(host.data(), host.size());
+  return true;
 }
 
 // MSA_AB_WARM_CODE=1: each timed replay follows the flush and one replay of an identical
@@ -268,10 +281,7 @@ bool run_index(const Case& c, cudaStream_t s, const Flush& fl,
     return st.ok();
   };
   auto hash = [&](uint64_t* h) {
-    std::vector<int32_t> out(static_cast<size_t>(T) * kTopk);
-    AB_CHECK(cudaMemcpy(out.data(), tk, out.size() * 4, cudaMemcpyDeviceToHost));
-    *h = fnv(out.data(), out.size() * 4);
-    return true;
+    return hash_device({{tk, static_cast<size_t>(T) * kTopk * 4}}, h);
   };
   const std::string name = std::string("index") +
                            (di != kDim ? "_d" + std::to_string(di) : std::string()) +
@@ -366,12 +376,7 @@ bool run_attention(const Case& c, cudaStream_t s, const Flush& fl,
     if (!st.ok()) std::printf("attention: %s\n", st.message().c_str());
     return st.ok();
   };
-  auto hash = [&](uint64_t* h) {
-    std::vector<unsigned char> host(rows_bytes);
-    AB_CHECK(cudaMemcpy(host.data(), out, rows_bytes, cudaMemcpyDeviceToHost));
-    *h = fnv(host.data(), host.size());
-    return true;
-  };
+  auto hash = [&](uint64_t* h) { return hash_device({{out, rows_bytes}}, h); };
   if (warm == nullptr && warm_code_mode()) {
     const std::function<bool()> warm_op = op;
     return run_attention(c, s, fl, &warm_op);
@@ -487,12 +492,7 @@ bool run_step(const Case& c, cudaStream_t s, const Flush& fl,
     if (!r.ok()) std::printf("step: %s\n", r.message().c_str());
     return r.ok();
   };
-  auto hash = [&](uint64_t* h) {
-    std::vector<unsigned char> host(rows_bytes);
-    AB_CHECK(cudaMemcpy(host.data(), out, rows_bytes, cudaMemcpyDeviceToHost));
-    *h = fnv(host.data(), host.size());
-    return true;
-  };
+  auto hash = [&](uint64_t* h) { return hash_device({{out, rows_bytes}}, h); };
   if (warm == nullptr && warm_code_mode()) {
     const std::function<bool()> warm_op = op;
     return run_step(c, s, fl, &warm_op);
@@ -567,13 +567,7 @@ bool run_decode_step(const Case& c, cudaStream_t s, const Flush& fl,
     if (!r.ok()) std::printf("decode_step: %s\n", r.message().c_str());
     return r.ok();
   };
-  auto hash = [&](uint64_t* h) {
-    std::vector<unsigned char> host(rows_bytes + topk_bytes);
-    AB_CHECK(cudaMemcpy(host.data(), out, rows_bytes, cudaMemcpyDeviceToHost));
-    AB_CHECK(cudaMemcpy(host.data() + rows_bytes, tk, topk_bytes, cudaMemcpyDeviceToHost));
-    *h = fnv(host.data(), host.size());
-    return true;
-  };
+  auto hash = [&](uint64_t* h) { return hash_device({{out, rows_bytes}, {tk, topk_bytes}}, h); };
   if (warm == nullptr && warm_code_mode()) {
     const std::function<bool()> warm_op = op;  // captured after each setenv below: same path
     return run_decode_step(c, s, fl, &warm_op);
@@ -682,12 +676,7 @@ bool run_prefill(const Case& c, bool sparse, cudaStream_t s, const Flush& fl) {
     if (!r.ok()) std::printf("%s: %s\n", name, r.message().c_str());
     return r.ok();
   };
-  auto hash = [&](uint64_t* h) {
-    std::vector<unsigned char> host(rows_bytes);
-    AB_CHECK(cudaMemcpy(host.data(), out, rows_bytes, cudaMemcpyDeviceToHost));
-    *h = fnv(host.data(), host.size());
-    return true;
-  };
+  auto hash = [&](uint64_t* h) { return hash_device({{out, rows_bytes}}, h); };
   return time_op(name, c, s, fl, op, hash, nullptr);
 }
 
@@ -737,12 +726,7 @@ bool run_index_prefill(const Case& c, cudaStream_t s, const Flush& fl) {
     if (!r.ok()) std::printf("index_prefill: %s\n", r.message().c_str());
     return r.ok();
   };
-  auto hash = [&](uint64_t* h) {
-    std::vector<unsigned char> host(topk_bytes);
-    AB_CHECK(cudaMemcpy(host.data(), tk, topk_bytes, cudaMemcpyDeviceToHost));
-    *h = fnv(host.data(), host.size());
-    return true;
-  };
+  auto hash = [&](uint64_t* h) { return hash_device({{tk, topk_bytes}}, h); };
   return time_op("index_prefill", c, s, fl, op, hash, nullptr);
 }
 
