@@ -1,5 +1,7 @@
 #include "msa/tensor.h"
 
+#include <cstdint>
+
 namespace msa {
 namespace {
 
@@ -15,14 +17,26 @@ TensorView invalid_view(const TensorView& t) {
 }
 
 // `data` advanced by `index * stride` elements of `dtype`; false when the byte offset does not
-// fit int64. A null pointer stays null (it marks an absent tensor).
+// fit int64 or the address would wrap around the address space (computed on integers: a view is
+// a description, and pointer arithmetic past any object would be undefined). A null pointer
+// stays null (it marks an absent tensor).
 bool advance(void* data, DType dtype, int64_t index, int64_t stride, void** out) {
   int64_t elems = 0, bytes = 0;
   if (__builtin_mul_overflow(index, stride, &elems) ||
       __builtin_mul_overflow(elems, dtype_size(dtype), &bytes)) {
     return false;
   }
-  *out = data == nullptr ? nullptr : static_cast<char*>(data) + bytes;
+  if (data == nullptr) {
+    *out = nullptr;
+    return true;
+  }
+  const auto base = reinterpret_cast<uintptr_t>(data);
+  uintptr_t moved = 0;
+  if (bytes >= 0 ? __builtin_add_overflow(base, static_cast<uintptr_t>(bytes), &moved)
+                 : __builtin_sub_overflow(base, -static_cast<uintptr_t>(bytes), &moved)) {
+    return false;
+  }
+  *out = reinterpret_cast<void*>(moved);
   return true;
 }
 

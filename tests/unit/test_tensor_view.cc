@@ -106,6 +106,10 @@ TEST(TensorView, HelpersRejectDimensionsOutsideTheView) {
   EXPECT_EQ(t.permute({1, 0}).ndim, 2);
   // A byte offset past int64.
   EXPECT_EQ(t.select(0, int64_t{1} << 62).ndim, kInvalidNdim);
+  // Byte offsets that fit int64 but would take the address below zero (found by the fuzzer).
+  EXPECT_EQ(t.select(0, -(int64_t{1} << 50)).ndim, kInvalidNdim);
+  EXPECT_EQ(t.slice(1, -(int64_t{1} << 52), 1).ndim, kInvalidNdim);
+  EXPECT_EQ(t.select(0, 1).data, x + 3);
   // Views of an invalid view stay invalid; a view with a rank past kMaxDims is read safely.
   TensorView bad = t;
   bad.ndim = 100;
