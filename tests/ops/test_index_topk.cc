@@ -58,6 +58,12 @@ class DeviceBuffer {
   size_t bytes_;
 };
 
+// Block scores in a chosen order instead of drawn values (bf16 operands): every query is
+// (16, 1, 0, ...) and every key of a request's block b is (v / 16, v % 16, 0, ...) in integers,
+// so block b scores v exactly: b (ascending), the request's block count - 1 - b (descending), or
+// 7 for every block (all tied, the lower ids win).
+enum class ScoreOrder { kDrawn, kAscending, kDescending, kEqual };
+
 struct BatchSpec {
   DType q_dtype = DType::kBF16;
   DType k_dtype = DType::kBF16;
@@ -81,6 +87,7 @@ struct BatchSpec {
   // a multiple of 1/256 below 2 in magnitude, exact in fp32 in any order, while an accumulator
   // that keeps ~14 bits below its largest term (fp8 wgmma) loses the remainder. With `exact`.
   bool dominant = false;
+  ScoreOrder order = ScoreOrder::kDrawn;
   uint64_t seed = 1;
 };
 
@@ -164,6 +171,28 @@ Batch make_batch(const BatchSpec& spec, const Device& device) {
     fill_dominant(b.index_cache, rng);
   } else {
     fill_values(b.index_cache, rng, spec.exact);
+  }
+  if (spec.order != ScoreOrder::kDrawn) {
+    b.index_q.generate([] { return 0.0; });
+    for (int64_t t = 0; t < b.rows; ++t)
+      for (int64_t h = 0; h < spec.heads; ++h) {
+        b.index_q.set({t, h, 0}, 16.0);
+        b.index_q.set({t, h, 1}, 1.0);
+      }
+    b.index_cache.generate([] { return 0.0; });
+    for (int64_t r = 0; r < num_req; ++r) {
+      const int64_t used = ceil_div(spec.seq_lens[static_cast<size_t>(r)], bs);
+      for (int64_t blk = 0; blk < used; ++blk) {
+        const int64_t v = spec.order == ScoreOrder::kAscending    ? blk
+                          : spec.order == ScoreOrder::kDescending ? used - 1 - blk
+                                                                  : 7;
+        const int64_t page = table[static_cast<size_t>(r * max_blocks + blk)];
+        for (int64_t j = 0; j < bs; ++j) {
+          b.index_cache.set({page, j, 0}, static_cast<double>(v / 16));
+          b.index_cache.set({page, j, 1}, static_cast<double>(v % 16));
+        }
+      }
+    }
   }
   b.block_table = TestTensor(DType::kI32, {num_req, max_blocks}, device);
   for (size_t i = 0; i < table.size(); ++i)
@@ -488,6 +517,35 @@ INSTANTIATE_TEST_SUITE_P(Cases, IndexTopkPrefillTensorCore,
                                   std::to_string(c.init_blocks) + (c.exact ? "_exact" : "_random") +
                                   (c.dominant ? "_dominant" : "");
                          });
+
+// Prefill selection over table widths and score orders: the CUDA backend selects prefill rows
+// of tables of up to 1024 columns with one warp per row (32 lanes x 1 to 32 keys) and wider
+// tables with a CTA per row; rows from 1 visible block to 1020, scores ascending and descending
+// (the kept blocks at either end of a lane's keys) and all tied (decided by block id), with and
+// without init and local blocks.
+TEST(IndexTopk, PrefillSelectOverWidthsAndScoreOrders) {
+  MSA_REQUIRE_TEST_DEVICE();
+  for (ScoreOrder order : {ScoreOrder::kAscending, ScoreOrder::kDescending, ScoreOrder::kEqual}) {
+    for (int64_t cols : {int64_t{0}, int64_t{40}, int64_t{1024}, int64_t{1025}}) {
+      BatchSpec s;
+      const bool wide = cols >= 1024;
+      s.heads = wide ? 1 : 2;  // two heads: the warp select's items run over rows, then heads
+      s.head_dim = 128;
+      s.query_len = 0;
+      s.order = order;
+      s.table_cols = cols;
+      s.params.init_blocks = cols == 40 ? 2 : 0;
+      s.params.local_blocks = cols == 40 ? 3 : 1;
+      // A prompt from its first row (1 to 10 visible blocks), a chunk at ~1020 blocks when the
+      // table is that wide, and a request with no rows.
+      s.seq_lens = {1200, wide ? 130560 - 40 : 4000, 900};
+      s.q_lens = {1200, 16, 0};
+      s.pad_rows = 2;
+      s.seed = 500 + static_cast<uint64_t>(cols);
+      run_and_check(s);
+    }
+  }
+}
 
 // ---- Focused cases ----
 

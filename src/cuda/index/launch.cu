@@ -20,7 +20,9 @@
 //     more than 64 blocks); wider tables rank a candidate set cut by a lower bound on the k-th key
 //     (the warps' largest keys, else samples) and fall back to an 8-bit radix descent. It is a
 //     programmatic dependent launch that resolves its rows while the score kernel finishes and
-//     then waits for the scores.
+//     then waits for the scores. Prefill calls with tables of at most kWarpSelectMaxBlocks
+//     columns run index_select_warp_kernel instead: one warp per (row, head), same keys and
+//     order, so the same bits.
 // Decode grids that would take more than one wave over e4m3 keys, or bf16 keys with one query
 // n-tile at head dim 64 or 128 (has_balanced_grid), run index_score_mma_balanced_kernel on one
 // wave of CTAs instead: every CTA takes an equal share of all requests' visible blocks
@@ -130,6 +132,30 @@ __global__ void __launch_bounds__(kSelectThreads)
     index_select_narrow_kernel(const IndexSelectParams prm) {
   __shared__ SelectSmem sm;
   select_row_topk_by_rank(prm, blockIdx.x, blockIdx.y, sm);
+}
+
+// One warp per (row, head) item of a prefill call whose table has at most 32 * P columns
+// (kWarpSelectMaxBlocks); item i is row i % T of head i / T, so a CTA's warps read adjacent rows.
+template <int P>
+__global__ void __launch_bounds__(kSelectThreads)
+    index_select_warp_kernel(const IndexSelectParams prm) {
+  const int64_t T = prm.rows.num_rows;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kSelectWarps + (threadIdx.x >> 5);
+  if (item >= T * prm.num_heads) return;
+  select_row_topk_warp<P>(prm, item % T, item / T);
+}
+
+// The warp select's instance for a table of max_blocks <= kWarpSelectMaxBlocks columns: the
+// fewest keys per lane, in powers of two, that hold the table.
+using SelectKernel = void (*)(IndexSelectParams);
+SelectKernel warp_select_kernel(int64_t max_blocks) {
+  const int64_t per_lane = (max_blocks + 31) / 32;
+  return per_lane <= 1    ? index_select_warp_kernel<1>
+         : per_lane <= 2  ? index_select_warp_kernel<2>
+         : per_lane <= 4  ? index_select_warp_kernel<4>
+         : per_lane <= 8  ? index_select_warp_kernel<8>
+         : per_lane <= 16 ? index_select_warp_kernel<16>
+                          : index_select_warp_kernel<32>;
 }
 
 using ScoreKernel = void (*)(IndexScoreParams);
@@ -376,14 +402,21 @@ ScoreLaunchInfo launch_info(const IndexProblem& pb) {
 // The select kernel of a call, after the score kernel (after_scores) or with nothing scored.
 Status launch_select(const IndexProblem& pb, const IndexSelectParams& sel, bool after_scores,
                      cudaStream_t cuda_stream) {
-  const dim3 grid(static_cast<unsigned>(pb.num_rows()), static_cast<unsigned>(pb.num_heads()));
+  dim3 grid(static_cast<unsigned>(pb.num_rows()), static_cast<unsigned>(pb.num_heads()));
   const bool narrow = pb.max_blocks() <= kSelectThreads;
   const int keys = select_keys_per_thread(pb.max_blocks());
-  const auto select_kernel = narrow      ? index_select_narrow_kernel
-                             : keys == 4 ? index_select_kernel<4>
-                             : keys == 8 ? index_select_kernel<8>
-                                         : index_select_kernel<kSelectKeysPerThread>;
+  SelectKernel select_kernel = narrow      ? index_select_narrow_kernel
+                               : keys == 4 ? index_select_kernel<4>
+                               : keys == 8 ? index_select_kernel<8>
+                                           : index_select_kernel<kSelectKeysPerThread>;
   const char* select_name = narrow ? "index_select_narrow_kernel" : "index_select_kernel";
+  const int64_t items = pb.num_rows() * pb.num_heads();
+  if (pb.query_len == 0 && pb.max_blocks() <= kWarpSelectMaxBlocks &&
+      items / kSelectWarps < 0x7FFFFFFF) {
+    grid = dim3(static_cast<unsigned>((items + kSelectWarps - 1) / kSelectWarps));
+    select_kernel = warp_select_kernel(pb.max_blocks());
+    select_name = "index_select_warp_kernel";
+  }
   if (!after_scores) {
     // Nothing to score: the select kernel follows whatever the stream ran before, which may
     // have written this call's inputs, so it is launched in stream order.
@@ -505,6 +538,7 @@ IndexSelectParams make_select_params(const detail::IndexTopkProblem& pb, const R
   IndexSelectParams sel;
   sel.scores = scores;
   sel.rows = rows;
+  sel.num_heads = static_cast<int32_t>(pb.num_heads());
   sel.topk = pb.params.topk;
   sel.init_blocks = pb.params.init_blocks;
   sel.local_blocks = pb.params.local_blocks;

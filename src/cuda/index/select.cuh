@@ -352,6 +352,65 @@ inline __device__ void select_row_topk_by_rank(const IndexSelectParams& prm, int
                          visible_blocks(info, info.pos_base + row, prm.rows.block_size), sm);
 }
 
+// Prefill tables of at most kWarpSelectMaxBlocks columns are selected by one warp per (row,
+// head): a prefill row sees on average half its table, and a CTA per row (the decode kernels'
+// form, sized for one row per SM) spent most of the prefill index call ranking columns with
+// 256 threads (bench/IDEAS.md: the index stage at 16K was half the select).
+constexpr int kWarpSelectMaxBlocks = 1024;
+
+// The kept blocks of one (row, head) of a prefill table of at most 32 * P columns, written in
+// ascending id order with -1 padding, by the calling warp alone. Lane l holds columns l + 32 i:
+// the score loads are coalesced and ascending (i, lane) is ascending id order for the output.
+// The kept-th largest key comes from kept rounds of a warp max over each lane's largest key not
+// yet taken (keys are distinct, so each round takes exactly one key); the same keys and total
+// order as the CTA selects (spec A3), hence the same output.
+template <int P>
+__device__ void select_row_topk_warp(const IndexSelectParams& prm, int64_t row, int64_t h) {
+  const int lane = threadIdx.x & 31;
+  const int64_t T = prm.rows.num_rows;
+  const int64_t max_blocks = prm.rows.max_blocks;
+  // The row's request comes from this call's inputs, which the stream finished writing before
+  // the score kernel started: resolved before the wait, so only the score loads follow it.
+  const RowInfo info = resolve_row(prm.rows, row, nullptr);
+  const int64_t nvb =
+      min(visible_blocks(info, info.pos_base + row, prm.rows.block_size), max_blocks);
+  wait_for_prior_grid();  // the scores come from the score kernel
+  const float* scores = prm.scores + (h * T + row) * max_blocks;
+  float raw[P];
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    const int64_t col = lane + 32 * i;
+    raw[i] = col < nvb ? __ldcg(scores + col) : 0.0f;
+  }
+  const int64_t kept = min(static_cast<int64_t>(prm.topk), nvb);
+  const int32_t local_start = static_cast<int32_t>(nvb) - prm.local_blocks;
+  uint64_t keys[P];  // 0: not visible (a visible block's key is never 0: its id bits are not)
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    const int32_t col = lane + 32 * i;
+    keys[i] = col < nvb ? selection_key(raw[i], col, prm.init_blocks, local_start) : 0;
+  }
+  uint64_t threshold = 1;  // every visible key
+  if (nvb > kept) {
+    uint64_t cur = largest_below(keys, ~0ull);
+    for (int64_t t = 0; t < kept; ++t) {
+      threshold = warp_max_key(cur);
+      if (cur == threshold) cur = largest_below(keys, threshold);
+    }
+  }
+  int32_t* out = prm.out + h * prm.out_stride_head + row * prm.out_stride_row;
+  const uint32_t below = (1u << lane) - 1u;
+  int64_t base = 0;
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    const bool keep = keys[i] >= threshold;  // false for 0 (threshold >= 1)
+    const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, keep);
+    if (keep) out[(base + __popc(ballot & below)) * prm.out_stride_col] = lane + 32 * i;
+    base += __popc(ballot);
+  }
+  for (int64_t c = kept + lane; c < prm.out_cols; c += 32) out[c * prm.out_stride_col] = -1;
+}
+
 // Wide tables (more than kSelectThreads columns, keys in registers; requires nvb > kept): a
 // lower bound on the kept-th largest key, then the rank count on the candidate set of keys that
 // reach it (select_candidates). The bound comes first from the warps' tops (warp_tops_threshold)
