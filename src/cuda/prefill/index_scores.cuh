@@ -7,7 +7,7 @@
 // they share their own block; prefill/tiles.cuh) x one chunk of up to `pages_per_cta` blocks.
 // Three warpgroups. Warpgroup 0 fills a ring of kStages 16-bit key tiles (one 128 x 128 tile per
 // block, page ids from the index block table): bf16 keys by bulk tensor copies straight into the
-// ring; e4m3 keys by bulk tensor copies into four staging buffers, which its 128 threads convert
+// ring; e4m3 keys by bulk tensor copies into two staging buffers, which its 128 threads convert
 // exactly to f16 into the ring. Warpgroups 1 and 2 own rows 0-63 and 64-127, hold their queries
 // in shared memory (e4m3 queries converted to f16 likewise), and for each block run the
 // 64 x 128 x 128 product (wgmma, bf16 or f16 operands, fp32 accumulation) into one of two
@@ -48,7 +48,7 @@ struct IndexScoreConfig {
   static constexpr int kStagedBytes = kIndexKeys * kIndexDim;    // one block's e4m3 keys
   static constexpr int kQBytes = kIndexRows * kIndexDim * 2;
   static constexpr int kStages = 4;
-  static constexpr int kStaged = kFp8 ? 4 : 0;  // e4m3 staging buffers
+  static constexpr int kStaged = kFp8 ? 2 : 0;  // e4m3 staging buffers
   static constexpr int kMaxPages = 64;          // pages_per_cta upper bound
   static constexpr int kSmemBytes = kQBytes + kStages * kTileBytes + kStaged * kStagedBytes +
                                     1024 /* barriers, pages */ + 1024 /* alignment slack */;
@@ -73,7 +73,7 @@ struct IndexScoreParams {
 struct IndexSmem {
   uint64_t full[4];
   uint64_t empty[4];
-  uint64_t staged[4];  // e4m3: a staging buffer's bulk copy landed
+  uint64_t staged[2];  // e4m3: a staging buffer's bulk copy landed
   int32_t pages[64];
 };
 
@@ -232,37 +232,35 @@ __global__ void __launch_bounds__(kIndexThreads, 1)
   if (wg == 0) {
     sm90::regs_dealloc<40>();
     if constexpr (kFp8) {
-      // Staging buffer i % kStaged takes block i's e4m3 keys; block i + kStaged's copy is issued
-      // once every producer thread has converted block i out of it. A dropped page (< 0) copies
-      // nothing: its arrival completes the phase, and its scores are written as -inf.
+      // Staging buffer i % 2 takes block i's e4m3 keys; block i + 2's copy is issued once every
+      // producer thread has converted block i out of it. A dropped page (< 0) copies nothing:
+      // its arrival completes the phase, and its scores are written as -inf.
       auto stage_copy = [&](int i) {
-        uint64_t* bar = &ss->staged[i % Cfg::kStaged];
+        uint64_t* bar = &ss->staged[i % 2];
         const int32_t page = ss->pages[i];
         if (page < 0) {
           sm90::barrier_arrive(bar);
           return;
         }
         sm90::barrier_expect_tx(bar, Cfg::kStagedBytes);
-        sm90::tma_load_3d(&key_map, bar, sStaged + (i % Cfg::kStaged) * Cfg::kStagedBytes, 0, 0,
-                          page);
+        sm90::tma_load_3d(&key_map, bar, sStaged + (i % 2) * Cfg::kStagedBytes, 0, 0, page);
       };
       if (tid == 0) {
         sm90::tma_prefetch_map(&key_map);
-        for (int i = 0; i < min(npages, Cfg::kStaged); ++i) stage_copy(i);
+        for (int i = 0; i < min(npages, 2); ++i) stage_copy(i);
       }
       for (int i = 0; i < npages; ++i) {
         const int s = i % Cfg::kStages;
         if (i >= Cfg::kStages) sm90::barrier_wait(&ss->empty[s], ((i / Cfg::kStages) - 1) & 1);
-        sm90::barrier_wait(&ss->staged[i % Cfg::kStaged], (i / Cfg::kStaged) & 1);
+        sm90::barrier_wait(&ss->staged[i % 2], (i / 2) & 1);
         if (ss->pages[i] >= 0) {
-          convert_staged_keys(sStaged + (i % Cfg::kStaged) * Cfg::kStagedBytes,
-                              sK + s * Cfg::kTileBytes, tid);
+          convert_staged_keys(sStaged + (i % 2) * Cfg::kStagedBytes, sK + s * Cfg::kTileBytes, tid);
         }
         sm90::fence_async_shared();  // the f16 tile, before the consumers' wgmma reads it
         sm90::named_sync(1, 128);    // every producer thread is done with staging buffer i % 2
         if (tid == 0) {
           sm90::barrier_arrive(&ss->full[s]);
-          if (i + Cfg::kStaged < npages) stage_copy(i + Cfg::kStaged);
+          if (i + 2 < npages) stage_copy(i + 2);
         }
       }
     } else if (tid == 0) {
