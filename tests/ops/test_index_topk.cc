@@ -746,6 +746,54 @@ TEST(IndexTopk, NanKeysRankBelowRealScores) {
   }
 }
 
+// The same NaN rule in the prefill form (on CUDA the tensor-core scorer: bf16, and e4m3 through
+// its f16 conversion), with the own block scored (local_blocks 0): 64 rows in the last of 25
+// blocks. Block 3 is all NaN and must be dropped, block 5 has NaN keys and one key scoring
+// 0.5 * 128 and must be kept. The own block's slot 127 also scores 0.5 * 128 but is visible to
+// the last row alone, and its slot 100 has a NaN visible from row 36 on, so the own block's
+// maximum depends on each row's position.
+TEST(IndexTopk, PrefillNanKeysAndOwnBlockColumns) {
+  MSA_REQUIRE_TEST_DEVICE();
+  for (DType dtype : {DType::kBF16, DType::kE4M3}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    BatchSpec s;
+    s.q_dtype = s.k_dtype = dtype;
+    s.head_dim = 128;
+    s.query_len = 0;
+    s.seq_lens = {25 * 128};
+    s.q_lens = {64};
+    s.params.local_blocks = 0;
+    s.seed = 16;
+    Batch b = make_batch(s, test_device());
+    const int64_t di = s.head_dim, bs = s.block_size;
+    const std::vector<int32_t>& table = b.oracle_in.block_table;
+    for (int64_t t = 0; t < b.rows; ++t)
+      for (int64_t d = 0; d < di; ++d) b.index_q.set({t, 0, d}, 0.5);
+    b.oracle_in.index_q.assign(b.oracle_in.index_q.size(), 0.5);
+    for (int64_t i = 0; i < b.index_cache.numel(); ++i)
+      b.index_cache.set_flat(i, -static_cast<double>(i % 7) / 8.0);
+    for (int64_t j = 0; j < bs; ++j) {
+      b.index_cache.set({table[3], j, j % di}, std::nan(""));
+      if (j % 2 == 0) b.index_cache.set({table[5], j, 1}, std::nan(""));
+    }
+    for (int64_t d = 0; d < di; ++d) {
+      b.index_cache.set({table[5], 7, d}, 1.0);
+      b.index_cache.set({table[24], 127, d}, 1.0);
+    }
+    b.index_cache.set({table[24], 100, 3}, std::nan(""));
+    run_with_edited_cache(b);
+    for (int64_t t = 0; t < b.rows; ++t) {
+      const std::vector<int32_t> got = out_row(b.topk_out, 0, t);
+      EXPECT_EQ(got, oracle::index_topk_row(b.oracle_in, t, 0)) << "row " << t;
+      EXPECT_EQ(std::count(got.begin(), got.end(), 3), 0) << row_string(got);
+      EXPECT_EQ(std::count(got.begin(), got.end(), 5), 1) << row_string(got);
+      // Slot 127 wins the own block a place for the last row only.
+      EXPECT_EQ(std::count(got.begin(), got.end(), 24), t == b.rows - 1 ? 1 : 0)
+          << "row " << t << ": " << row_string(got);
+    }
+  }
+}
+
 // A wide table (1002 columns: 4 per selecting thread on CUDA) whose every fourth block scores
 // low and the others high: the CUDA selection's sampled candidates (the first block of each
 // thread's range) all score low, so far more than 256 blocks reach their threshold and the radix

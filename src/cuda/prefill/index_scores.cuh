@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
@@ -115,25 +116,38 @@ __device__ __forceinline__ void st_global_if(float* p, float v, bool pred) {
                : "memory");
 }
 
-// Block maxima of one accumulator set: rows r0 = acc_row(t, 0) and r0 + 8 of the warpgroup's 64.
-// Columns above lim0 (lim1) are not visible to row r0 (r0 + 8): the own block's keys past the
-// row's position (127 elsewhere). Branch-free, so that no divergent path separates the next
-// block's MMAs from their wait (ptxas would serialise them).
+// Block maxima of one accumulator set: rows r0 = acc_row(t, 0) and r0 + 8 of the warpgroup's 64,
+// NaN taken as -1e30 (spec A12). kMasked: columns above lim0 (lim1) are not visible to row r0
+// (r0 + 8), the own block's keys past the row's position; other blocks pass kMasked false and
+// every column counts. fmaxf skips NaN operands, so the maximum runs over the other values and a
+// NaN only raises it to -1e30 at the end: two instructions per value (a max and a NaN test that
+// ORs into a predicate) where substituting -1e30 before the max took two more, and the column
+// test two more again. Branch-free, so that no divergent path separates the next block's MMAs
+// from their wait (ptxas would serialise them).
+template <bool kMasked>
 __device__ __forceinline__ void block_max_rows(const float (&acc)[64], int t, int lim0, int lim1,
                                                float& m0, float& m1) {
   m0 = -INFINITY;
   m1 = -INFINITY;
+  bool nan0 = false, nan1 = false;
 #pragma unroll
   for (int i = 0; i < 64; ++i) {
-    float v = acc[i];
-    v = isnan(v) ? -1e30f : v;  // spec A12
+    const float v = acc[i];
     const int col = sm90::acc_col(t, i);
     if ((i & 2) == 0) {
-      m0 = col <= lim0 ? fmaxf(m0, v) : m0;
+      if (!kMasked || col <= lim0) {
+        m0 = fmaxf(m0, v);
+        nan0 = nan0 || isnan(v);
+      }
     } else {
-      m1 = col <= lim1 ? fmaxf(m1, v) : m1;
+      if (!kMasked || col <= lim1) {
+        m1 = fmaxf(m1, v);
+        nan1 = nan1 || isnan(v);
+      }
     }
   }
+  if (nan0) m0 = fmaxf(m0, -1e30f);
+  if (nan1) m1 = fmaxf(m1, -1e30f);
   m0 = fmaxf(m0, __shfl_xor_sync(0xFFFFFFFFu, m0, 1));
   m0 = fmaxf(m0, __shfl_xor_sync(0xFFFFFFFFu, m0, 2));
   m1 = fmaxf(m1, __shfl_xor_sync(0xFFFFFFFFu, m1, 1));
@@ -307,15 +321,20 @@ __global__ void __launch_bounds__(kIndexThreads, 1)
   // The own block (scored only when local_blocks is 0) drops each row's keys past its position.
   const int own_lim0 = static_cast<int>(min(max(pos0 - own * bs, int64_t{-1}), int64_t{127}));
   const int own_lim1 = static_cast<int>(min(max(pos1 - own * bs, int64_t{-1}), int64_t{127}));
-  auto epilogue = [&](const float(&acc)[64], int i) {
+  // kMasked: the block may be the own block. It is the chunk's last if anything (b_end <= own +
+  // 1), so only the tail's blocks may be it; the steady loop's take every column.
+  auto epilogue = [&](auto masked, const float(&acc)[64], int i) {
     const int64_t b = b_begin + i;
     const bool is_own = b == own;
     float m0, m1;
-    block_max_rows(acc, t, is_own ? own_lim0 : 127, is_own ? own_lim1 : 127, m0, m1);
+    block_max_rows<decltype(masked)::value>(acc, t, is_own ? own_lim0 : 127,
+                                            is_own ? own_lim1 : 127, m0, m1);
     const bool bad = ss->pages[i] < 0;
     st_global_if(out0 + b, bad ? -INFINITY : m0, writer && live0);
     st_global_if(out1 + b, bad ? -INFINITY : m1, writer && live1);
   };
+  constexpr std::false_type kAllColumns{};
+  constexpr std::true_type kOwnMasked{};
   // The accumulators are fenced before their MMAs and after the wait that completes them (a
   // fence is a use: one right after the commit would make the compiler wait for the MMAs).
   auto issue = [&](float(&acc)[64], int i) {
@@ -336,13 +355,13 @@ __global__ void __launch_bounds__(kIndexThreads, 1)
     sm90::mma_wait<1>();
     sm90::fence_acc(acc0);
     release(i);
-    epilogue(acc0, i);
+    epilogue(kAllColumns, acc0, i);
     wait_full(i + 2);
     issue(acc0, i + 2);
     sm90::mma_wait<1>();
     sm90::fence_acc(acc1);
     release(i + 1);
-    epilogue(acc1, i + 1);
+    epilogue(kAllColumns, acc1, i + 1);
   }
   if (i + 1 < npages) {
     wait_full(i + 1);
@@ -350,16 +369,16 @@ __global__ void __launch_bounds__(kIndexThreads, 1)
     sm90::mma_wait<1>();
     sm90::fence_acc(acc0);
     release(i);
-    epilogue(acc0, i);
+    epilogue(kAllColumns, acc0, i);
     sm90::mma_wait<0>();
     sm90::fence_acc(acc1);
     release(i + 1);
-    epilogue(acc1, i + 1);
+    epilogue(kOwnMasked, acc1, i + 1);
   } else {
     sm90::mma_wait<0>();
     sm90::fence_acc(acc0);
     release(i);
-    epilogue(acc0, i);
+    epilogue(kOwnMasked, acc0, i);
   }
 }
 
