@@ -542,28 +542,17 @@ __device__ __forceinline__ void consume_block(AttnRows& r, float (&s_acc)[64], u
   sm90::fence_acc(r.o);
 }
 
-// Named barriers of the dense consumers' turns (kTurnBarrier + consumer warpgroup): id 1 is the
-// producer warpgroup's.
-constexpr uint32_t kTurnBarrier = 2;
-
 // Dense consumer loop with the softmax overlapping the tensor cores (FA3's intra-warpgroup
 // pipelining): per block j, S_j = Q K_j^T and O += P_{j-1} V_{j-1} are both issued, the softmax
-// of S_j runs while P.V does, and O is rescaled by block j's factor once P.V completes. The two
-// consumer warpgroups (cw 0 and 1) also take turns to issue their MMAs (FA3's ping-pong): each
-// issues after the other has issued its block, so one warpgroup's softmax runs while the other's
-// MMAs occupy the tensor cores, instead of both softmaxes at once. Both run the same blocks
-// (dense), so the turns pair up; the last P.V is issued out of turn. Every block is live for
-// every row (dense); a dropped page was zero-filled by produce_tma and is masked for all rows. No
-// branch separates an issue from its wait. 16-bit caches only (attn_pipelined).
+// of S_j runs while P.V does, and O is rescaled by block j's factor once P.V completes. Every
+// block is live for every row (dense); a dropped page was zero-filled by produce_tma and is
+// masked for all rows. No branch separates an issue from its wait. 16-bit caches only
+// (attn_pipelined).
 template <sm90::Mma16 kMma>
 __device__ __forceinline__ void consume_dense_pipelined(AttnRows& r, const AttnWork& w,
                                                         AttnSmem* ss, uint32_t q_addr,
                                                         uint32_t k_base, uint32_t v_base, int t,
-                                                        int cw, float scale_log2) {
-  // Warpgroup 0 takes the first turn: its own arrival completes its first wait.
-  if (cw == 0) sm90::named_arrive(kTurnBarrier, 256);
-  auto take_turn = [&] { sm90::named_sync(kTurnBarrier + cw, 256); };
-  auto pass_turn = [&] { sm90::named_arrive(kTurnBarrier + (cw ^ 1), 256); };
+                                                        float scale_log2) {
   float s_acc[64];
   uint32_t pa[8][4];
   auto issue_qk = [&](int u) {
@@ -582,10 +571,8 @@ __device__ __forceinline__ void consume_dense_pipelined(AttnRows& r, const AttnW
   };
   auto phase = [](int u) { return static_cast<uint32_t>((u / kAttnStages) & 1); };
 
-  take_turn();
   sm90::barrier_wait(&ss->full_k[0], 0);
   issue_qk(0);
-  pass_turn();
   sm90::mma_wait<0>();
   sm90::fence_acc(s_acc);
   {
@@ -596,12 +583,10 @@ __device__ __forceinline__ void consume_dense_pipelined(AttnRows& r, const AttnW
     pack_p<kMma>(s_acc, pa);
   }
   for (int u = 1; u < w.nblocks; ++u) {
-    take_turn();
     sm90::barrier_wait(&ss->full_k[u % kAttnStages], phase(u));
     issue_qk(u);
     sm90::barrier_wait(&ss->full_v[(u - 1) % kAttnStages], phase(u - 1));
     issue_pv(u - 1);
-    pass_turn();
     sm90::mma_wait<1>();
     sm90::fence_acc(s_acc);
     int lim[2];
@@ -764,7 +749,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
   const float scale_log2 = p.k_scale != nullptr ? p.scale_log2 * *p.k_scale : p.scale_log2;
   const float v_scale = p.v_scale != nullptr ? *p.v_scale : 1.0f;
   if constexpr (attn_pipelined(kE4M3, kSparse)) {
-    consume_dense_pipelined<kMma>(r, w, ss, q_addr, k_base, v_base, t, cw, scale_log2);
+    consume_dense_pipelined<kMma>(r, w, ss, q_addr, k_base, v_base, t, scale_log2);
   } else {
     float s_acc[64];
     for (int u = 0; u < w.nblocks; ++u) {

@@ -161,12 +161,6 @@ __device__ __forceinline__ void named_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;" : : "r"(id), "r"(threads) : "memory");
 }
 
-// Arrives at barrier `id` without waiting: the arriving threads count towards `threads`, the
-// others named_sync on it (a hand-over from one group of warps to another).
-__device__ __forceinline__ void named_arrive(uint32_t id, uint32_t threads) {
-  asm volatile("bar.arrive %0, %1;" : : "r"(id), "r"(threads) : "memory");
-}
-
 // Bulk tensor copies into shared memory, completing on `bar`, with the normal L2 eviction policy
 // (the instruction form CuTe emits takes an explicit cache policy).
 constexpr uint64_t kEvictNormal = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL);
