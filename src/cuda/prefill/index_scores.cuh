@@ -127,33 +127,31 @@ __device__ __forceinline__ void st_global_if(float* p, float v, bool pred) {
 template <bool kMasked>
 __device__ __forceinline__ void block_max_rows(const float (&acc)[64], int t, int lim0, int lim1,
                                                float& m0, float& m1) {
-  // Independent chains per row, merged at the end (one chain of 32 dependent maxima per row left
-  // the warps waiting on their own results): four of maxima (values 16 c .. 16 c + 15 of the
-  // accumulator) and two of NaN tests (halves; predicates are few).
-  float m[2][4];
-  bool nan[2][2];
-#pragma unroll
-  for (int c = 0; c < 4; ++c) m[0][c] = m[1][c] = -INFINITY;
-  nan[0][0] = nan[0][1] = nan[1][0] = nan[1][1] = false;
+  m0 = -INFINITY;
+  m1 = -INFINITY;
+  bool nan0 = false, nan1 = false;
 #pragma unroll
   for (int i = 0; i < 64; ++i) {
     const float v = acc[i];
-    const int row = (i >> 1) & 1, c = i >> 4;
-    if (!kMasked || sm90::acc_col(t, i) <= (row == 0 ? lim0 : lim1)) {
-      m[row][c] = fmaxf(m[row][c], v);
-      nan[row][c >> 1] = nan[row][c >> 1] || isnan(v);
+    const int col = sm90::acc_col(t, i);
+    if ((i & 2) == 0) {
+      if (!kMasked || col <= lim0) {
+        m0 = fmaxf(m0, v);
+        nan0 = nan0 || isnan(v);
+      }
+    } else {
+      if (!kMasked || col <= lim1) {
+        m1 = fmaxf(m1, v);
+        nan1 = nan1 || isnan(v);
+      }
     }
   }
-  float r[2];
-#pragma unroll
-  for (int row = 0; row < 2; ++row) {
-    r[row] = fmaxf(fmaxf(m[row][0], m[row][1]), fmaxf(m[row][2], m[row][3]));
-    if (nan[row][0] || nan[row][1]) r[row] = fmaxf(r[row], -1e30f);
-    r[row] = fmaxf(r[row], __shfl_xor_sync(0xFFFFFFFFu, r[row], 1));
-    r[row] = fmaxf(r[row], __shfl_xor_sync(0xFFFFFFFFu, r[row], 2));
-  }
-  m0 = r[0];
-  m1 = r[1];
+  if (nan0) m0 = fmaxf(m0, -1e30f);
+  if (nan1) m1 = fmaxf(m1, -1e30f);
+  m0 = fmaxf(m0, __shfl_xor_sync(0xFFFFFFFFu, m0, 1));
+  m0 = fmaxf(m0, __shfl_xor_sync(0xFFFFFFFFu, m0, 2));
+  m1 = fmaxf(m1, __shfl_xor_sync(0xFFFFFFFFu, m1, 1));
+  m1 = fmaxf(m1, __shfl_xor_sync(0xFFFFFFFFu, m1, 2));
 }
 
 template <bool kFp8>
