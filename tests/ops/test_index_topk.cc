@@ -519,14 +519,15 @@ INSTANTIATE_TEST_SUITE_P(Cases, IndexTopkPrefillTensorCore,
                          });
 
 // Prefill selection over table widths and score orders: the CUDA backend selects prefill rows
-// of tables of up to 1024 columns with one warp per row (32 lanes x 1 to 32 keys) and wider
-// tables with a CTA per row; rows from 1 visible block to 1020, scores ascending and descending
-// (the kept blocks at either end of a lane's keys) and all tied (decided by block id), with and
-// without init and local blocks.
+// of tables of up to 1024 columns with one warp per row (32 lanes x 1 to 32 keys; up to 4 keys
+// sorted per lane, more rescanned) and wider tables with a CTA per row; rows from 1 visible block
+// to 1020, scores ascending and descending (the kept blocks at either end of a lane's keys) and all
+// tied (decided by block id), with and without init and local blocks.
 TEST(IndexTopk, PrefillSelectOverWidthsAndScoreOrders) {
   MSA_REQUIRE_TEST_DEVICE();
   for (ScoreOrder order : {ScoreOrder::kAscending, ScoreOrder::kDescending, ScoreOrder::kEqual}) {
-    for (int64_t cols : {int64_t{0}, int64_t{40}, int64_t{1024}, int64_t{1025}}) {
+    for (int64_t cols :
+         {int64_t{0}, int64_t{40}, int64_t{100}, int64_t{200}, int64_t{1024}, int64_t{1025}}) {
       BatchSpec s;
       const bool wide = cols >= 1024;
       s.heads = wide ? 1 : 2;  // two heads: the warp select's items run over rows, then heads

@@ -357,6 +357,10 @@ inline __device__ void select_row_topk_by_rank(const IndexSelectParams& prm, int
 // form, sized for one row per SM) spent most of the prefill index call ranking columns with
 // 256 threads (bench/IDEAS.md: the index stage at 16K was half the select).
 constexpr int kWarpSelectMaxBlocks = 1024;
+// Keys per lane up to which the warp select sorts each lane's keys before its rounds (an
+// odd-even transposition sort: P passes, cheap for few keys); more keys are rescanned per round.
+// Measured at 4 (tables of 65-128 columns: 8% off the 16K index stage on an H100); 8 is untried.
+constexpr int kWarpSelectSortedKeys = 4;
 
 // The kept blocks of one (row, head) of a prefill table of at most 32 * P columns, written in
 // ascending id order with -1 padding, by the calling warp alone. Lane l holds columns l + 32 i:
@@ -392,10 +396,35 @@ __device__ void select_row_topk_warp(const IndexSelectParams& prm, int64_t row, 
   }
   uint64_t threshold = 1;  // every visible key
   if (nvb > kept) {
-    uint64_t cur = largest_below(keys, ~0ull);
-    for (int64_t t = 0; t < kept; ++t) {
-      threshold = warp_max_key(cur);
-      if (cur == threshold) cur = largest_below(keys, threshold);
+    if constexpr (P <= kWarpSelectSortedKeys) {
+      // The lane's keys sorted once, descending: a round's owner then shifts its list by one
+      // instead of rescanning it for the largest key below the round's maximum.
+      uint64_t sorted[P];
+#pragma unroll
+      for (int i = 0; i < P; ++i) sorted[i] = keys[i];
+#pragma unroll
+      for (int pass = 0; pass < P; ++pass) {
+#pragma unroll
+        for (int i = pass & 1; i + 1 < P; i += 2) {
+          const uint64_t a = sorted[i], b = sorted[i + 1];
+          sorted[i] = a > b ? a : b;
+          sorted[i + 1] = a > b ? b : a;
+        }
+      }
+      for (int64_t t = 0; t < kept; ++t) {
+        threshold = warp_max_key(sorted[0]);
+        if (sorted[0] == threshold) {
+#pragma unroll
+          for (int i = 0; i + 1 < P; ++i) sorted[i] = sorted[i + 1];
+          sorted[P - 1] = 0;
+        }
+      }
+    } else {
+      uint64_t cur = largest_below(keys, ~0ull);
+      for (int64_t t = 0; t < kept; ++t) {
+        threshold = warp_max_key(cur);
+        if (cur == threshold) cur = largest_below(keys, threshold);
+      }
     }
   }
   int32_t* out = prm.out + h * prm.out_stride_head + row * prm.out_stride_row;
