@@ -359,7 +359,8 @@ inline __device__ void select_row_topk_by_rank(const IndexSelectParams& prm, int
 constexpr int kWarpSelectMaxBlocks = 1024;
 // Keys per lane up to which the warp select sorts each lane's keys before its rounds (an
 // odd-even transposition sort: P passes, cheap for few keys); more keys are rescanned per round.
-// Measured at 4 (tables of 65-128 columns: 8% off the 16K index stage on an H100); 8 is untried.
+// Sorting measured faster with 4 keys per lane (bench/results, 22eb76a-h100-select-sorted);
+// 5-8 keys per lane are untried, so they rescan.
 constexpr int kWarpSelectSortedKeys = 4;
 
 // The kept blocks of one (row, head) of a prefill table of at most 32 * P columns, written in
