@@ -118,6 +118,27 @@ struct Buffers {
   }
 };
 
+// The op of arguments `a` (which must outlive it) on stream s: its workspace sized and allocated
+// in b, msa::run's errors printed under `name`. False, having printed why, when either fails.
+template <typename Args>
+bool bind_op(const char* name, const Args& a, Buffers& b, cudaStream_t s,
+             std::function<bool()>* op) {
+  size_t ws_bytes = 0;
+  const msa::Status st = msa::workspace_size(a, &ws_bytes);
+  void* ws = nullptr;
+  if (!st.ok() || !b.alloc(&ws, ws_bytes + 256)) {
+    std::printf("%s: workspace: %s\n", name, st.message().c_str());
+    return false;
+  }
+  const msa::Stream stream{s, 0};
+  *op = [name, &a, ws, ws_bytes, stream] {
+    const msa::Status r = msa::run(a, msa::Workspace{ws, ws_bytes}, stream);
+    if (!r.ok()) std::printf("%s: %s\n", name, r.message().c_str());
+    return r.ok();
+  };
+  return true;
+}
+
 struct Flush {
   uint4* buf = nullptr;
   size_t n = 0;
@@ -267,19 +288,8 @@ bool run_index(const Case& c, cudaStream_t s, const Flush& fl,
   a.block_table = msa::make_tensor(bt, msa::DType::kI32, {c.batch, nb}, dev);
   a.seq_lens = msa::make_tensor(sl, msa::DType::kI32, {c.batch}, dev);
   a.topk_out = msa::make_tensor(tk, msa::DType::kI32, {1, T, kTopk}, dev);
-  size_t ws_bytes = 0;
-  const msa::Status ws_status = msa::workspace_size(a, &ws_bytes);
-  void* ws;
-  if (!ws_status.ok() || !b.alloc(&ws, ws_bytes + 256)) {
-    std::printf("index: workspace: %s\n", ws_status.message().c_str());
-    return false;
-  }
-  const msa::Stream stream{s, 0};
-  auto op = [&] {
-    const msa::Status st = msa::run(a, msa::Workspace{ws, ws_bytes}, stream);
-    if (!st.ok()) std::printf("index: %s\n", st.message().c_str());
-    return st.ok();
-  };
+  std::function<bool()> op;
+  if (!bind_op("index", a, b, s, &op)) return false;
   auto hash = [&](uint64_t* h) {
     return hash_device({{tk, static_cast<size_t>(T) * kTopk * 4}}, h);
   };
@@ -363,19 +373,8 @@ bool run_attention(const Case& c, cudaStream_t s, const Flush& fl,
   a.seq_lens = msa::make_tensor(sl, msa::DType::kI32, {c.batch}, dev);
   a.topk = msa::make_tensor(tk, msa::DType::kI32, {1, T, kTopk}, dev);
   a.out = msa::make_tensor(out, msa::DType::kBF16, {T, kQHeads, kDim}, dev);
-  size_t ws_bytes = 0;
-  const msa::Status ws_status = msa::workspace_size(a, &ws_bytes);
-  void* ws;
-  if (!ws_status.ok() || !b.alloc(&ws, ws_bytes + 256)) {
-    std::printf("attention: workspace: %s\n", ws_status.message().c_str());
-    return false;
-  }
-  const msa::Stream stream{s, 0};
-  auto op = [&] {
-    const msa::Status st = msa::run(a, msa::Workspace{ws, ws_bytes}, stream);
-    if (!st.ok()) std::printf("attention: %s\n", st.message().c_str());
-    return st.ok();
-  };
+  std::function<bool()> op;
+  if (!bind_op("attention", a, b, s, &op)) return false;
   auto hash = [&](uint64_t* h) { return hash_device({{out, rows_bytes}}, h); };
   if (warm == nullptr && warm_code_mode()) {
     const std::function<bool()> warm_op = op;
@@ -554,19 +553,8 @@ bool run_decode_step(const Case& c, cudaStream_t s, const Flush& fl,
   a.attention.seq_lens = seq_lens;
   a.attention.topk = a.index.topk_out;
   a.attention.out = msa::make_tensor(out, msa::DType::kBF16, {T, kQHeads, kDim}, dev);
-  size_t ws_bytes = 0;
-  st = msa::workspace_size(a, &ws_bytes);
-  void* ws;
-  if (!st.ok() || !b.alloc(&ws, ws_bytes + 256)) {
-    std::printf("decode_step: workspace: %s\n", st.message().c_str());
-    return false;
-  }
-  const msa::Stream stream{s, 0};
-  auto op = [&] {
-    const msa::Status r = msa::run(a, msa::Workspace{ws, ws_bytes}, stream);
-    if (!r.ok()) std::printf("decode_step: %s\n", r.message().c_str());
-    return r.ok();
-  };
+  std::function<bool()> op;
+  if (!bind_op("decode_step", a, b, s, &op)) return false;
   auto hash = [&](uint64_t* h) { return hash_device({{out, rows_bytes}, {tk, topk_bytes}}, h); };
   if (warm == nullptr && warm_code_mode()) {
     const std::function<bool()> warm_op = op;  // captured after each setenv below: same path
@@ -661,21 +649,9 @@ bool run_prefill(const Case& c, bool sparse, cudaStream_t s, const Flush& fl) {
   sp.seq_lens = slv;
   if (sparse) sp.topk = msa::make_tensor(tk, msa::DType::kI32, {1, T, kTopk}, dev);
   sp.out = ov;
-  size_t ws_bytes = 0;
-  st = sparse ? msa::workspace_size(sp, &ws_bytes) : msa::workspace_size(dense, &ws_bytes);
-  void* ws;
-  if (!st.ok() || !b.alloc(&ws, ws_bytes + 256)) {
-    std::printf("prefill: workspace: %s\n", st.message().c_str());
-    return false;
-  }
-  const msa::Stream stream{s, 0};
   const char* name = sparse ? "sparse_prefill" : "dense_prefill";
-  auto op = [&] {
-    const msa::Workspace w{ws, ws_bytes};
-    const msa::Status r = sparse ? msa::run(sp, w, stream) : msa::run(dense, w, stream);
-    if (!r.ok()) std::printf("%s: %s\n", name, r.message().c_str());
-    return r.ok();
-  };
+  std::function<bool()> op;
+  if (!(sparse ? bind_op(name, sp, b, s, &op) : bind_op(name, dense, b, s, &op))) return false;
   auto hash = [&](uint64_t* h) { return hash_device({{out, rows_bytes}}, h); };
   return time_op(name, c, s, fl, op, hash, nullptr);
 }
@@ -713,19 +689,8 @@ bool run_index_prefill(const Case& c, cudaStream_t s, const Flush& fl) {
   a.cu_seqlens_q = msa::make_tensor(cu, msa::DType::kI32, {2}, dev);
   a.seq_lens = msa::make_tensor(sl, msa::DType::kI32, {1}, dev);
   a.topk_out = msa::make_tensor(tk, msa::DType::kI32, {1, T, kTopk}, dev);
-  size_t ws_bytes = 0;
-  msa::Status st = msa::workspace_size(a, &ws_bytes);
-  void* ws;
-  if (!st.ok() || !b.alloc(&ws, ws_bytes + 256)) {
-    std::printf("index_prefill: workspace: %s\n", st.message().c_str());
-    return false;
-  }
-  const msa::Stream stream{s, 0};
-  auto op = [&] {
-    const msa::Status r = msa::run(a, msa::Workspace{ws, ws_bytes}, stream);
-    if (!r.ok()) std::printf("index_prefill: %s\n", r.message().c_str());
-    return r.ok();
-  };
+  std::function<bool()> op;
+  if (!bind_op("index_prefill", a, b, s, &op)) return false;
   auto hash = [&](uint64_t* h) { return hash_device({{tk, topk_bytes}}, h); };
   return time_op("index_prefill", c, s, fl, op, hash, nullptr);
 }
