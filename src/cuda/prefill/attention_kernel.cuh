@@ -68,10 +68,7 @@ constexpr bool attn_pipelined(bool e4m3, bool sparse) { return !e4m3 && !sparse;
 struct AttnSmem {
   uint64_t full_k[kAttnStages];
   uint64_t full_v[kAttnStages];
-  // A stage's K and V are released separately: the pipelined consumers are done with K(u) one
-  // P.V earlier than with V(u), and K(u + 2) is the next tile they wait for.
-  uint64_t empty_k[kAttnStages];
-  uint64_t empty_v[kAttnStages];
+  uint64_t empty[kAttnStages];
   uint64_t fix;                     // the V copy of a block that needs its tail zeroed
   int32_t stage_page[kAttnStages];  // the page in the stage (< 0: the block is dropped)
   int32_t union_count;
@@ -360,15 +357,6 @@ __device__ __forceinline__ int32_t entry_page(const AttnParams& p, const AttnWor
   }
 }
 
-// Zeros one 16-bit tile by one warp, visible to the tensor cores' reads once the warp's lanes
-// have passed the fence.
-__device__ __forceinline__ void zero_tile(uint8_t* tile, int lane) {
-  for (int c = lane; c < kTile16Bytes / 16; c += 32)
-    *reinterpret_cast<uint4*>(tile + 16 * c) = make_uint4(0, 0, 0, 0);
-  sm90::fence_async_shared();
-  __syncwarp();
-}
-
 // Producer step (16-bit caches): one warp hands the consumers each block's K and V tiles by
 // bulk tensor copies into the two-stage ring. The request's last page lands its V on `fix`
 // first, so that its slots past the length can be zeroed before the stage is handed over.
@@ -400,21 +388,26 @@ __device__ __forceinline__ void produce_tma(const CUtensorMap& k_map, const CUte
         page = -1;
       }
     }
-    const uint32_t parity = ((u / kAttnStages) - 1) & 1;
-    if (u >= kAttnStages) sm90::barrier_wait(&ss->empty_k[s], parity);
+    if (u >= kAttnStages) sm90::barrier_wait(&ss->empty[s], ((u / kAttnStages) - 1) & 1);
     uint8_t* dk = sK + s * kTile16Bytes;
     uint8_t* dv = sV + s * kTile16Bytes;
     if (lane == 0) ss->stage_page[s] = page;
     __syncwarp();
     if (page < 0) {
-      // A dropped block's tiles are zeros: the pipelined consumer masks the block for every row
-      // but still multiplies its tiles (0 * NaN would be NaN). The sequential one skips it.
-      constexpr bool kZero = attn_pipelined(false, kSparse);
-      if (kZero) zero_tile(dk, lane);
-      if (lane == 0) sm90::barrier_arrive(&ss->full_k[s]);
-      if (u >= kAttnStages) sm90::barrier_wait(&ss->empty_v[s], parity);
-      if (kZero) zero_tile(dv, lane);
-      if (lane == 0) sm90::barrier_arrive(&ss->full_v[s]);
+      if constexpr (attn_pipelined(false, kSparse)) {
+        // A dropped block's tiles are zeros: the pipelined consumer masks the block for every
+        // row but still multiplies its tiles (0 * NaN would be NaN). The sequential one skips it.
+        for (int c = lane; c < 2 * kTile16Bytes / 16; c += 32) {
+          uint8_t* d = c < kTile16Bytes / 16 ? dk + 16 * c : dv + 16 * (c - kTile16Bytes / 16);
+          *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+        }
+        sm90::fence_async_shared();
+        __syncwarp();
+      }
+      if (lane == 0) {
+        sm90::barrier_arrive(&ss->full_k[s]);
+        sm90::barrier_arrive(&ss->full_v[s]);
+      }
       continue;
     }
     if (lane == 0) {
@@ -422,7 +415,6 @@ __device__ __forceinline__ void produce_tma(const CUtensorMap& k_map, const CUte
       sm90::tma_load_4d(&k_map, &ss->full_k[s], dk, 0, 0, w.g, page);
       sm90::tma_load_4d(&k_map, &ss->full_k[s], dk + kAttnKeys * 128, 64, 0, w.g, page);
     }
-    if (u >= kAttnStages) sm90::barrier_wait(&ss->empty_v[s], parity);
     if (blk != w.tail_block || w.tail_valid == kAttnKeys) {
       if (lane == 0) {
         sm90::barrier_expect_tx(&ss->full_v[s], kTile16Bytes);
@@ -457,10 +449,7 @@ __device__ __forceinline__ void produce_e4m3(const AttnParams& p, const AttnWork
                                              uint8_t* sK, uint8_t* sV, int t) {
   for (int u = 0; u < w.nblocks; ++u) {
     const int s = u % kAttnStages;
-    if (u >= kAttnStages) {
-      sm90::barrier_wait(&ss->empty_k[s], ((u / kAttnStages) - 1) & 1);
-      sm90::barrier_wait(&ss->empty_v[s], ((u / kAttnStages) - 1) & 1);
-    }
+    if (u >= kAttnStages) sm90::barrier_wait(&ss->empty[s], ((u / kAttnStages) - 1) & 1);
     int64_t blk = u;
     const int32_t page = entry_page<kSparse>(p, w, ss, u, blk);
     if (!kSparse && page < 0 && t == 0) raise_error(p.error_flags, kDeviceErrorBlockId);
@@ -554,12 +543,11 @@ __device__ __forceinline__ void consume_block(AttnRows& r, float (&s_acc)[64], u
 }
 
 // Dense consumer loop with the softmax overlapping the tensor cores (FA3's intra-warpgroup
-// pipelining): per block j, S_j = Q K_j^T is issued, O is rescaled to block j - 1's maxima while
-// it runs, O += P_{j-1} V_{j-1} is issued, and the softmax of S_j runs while P.V does. K_j is
-// released as soon as S_j is in registers, so the producer's copy of K_{j+2} overlaps a whole
-// block of work before it is waited for. Every block is live for every row (dense); a dropped
-// page was zero-filled by produce_tma and is masked for all rows. No branch separates an issue
-// from its wait. 16-bit caches only (attn_pipelined).
+// pipelining): per block j, S_j = Q K_j^T and O += P_{j-1} V_{j-1} are both issued, the softmax
+// of S_j runs while P.V does, and O is rescaled by block j's factor once P.V completes. Every
+// block is live for every row (dense); a dropped page was zero-filled by produce_tma and is
+// masked for all rows. No branch separates an issue from its wait. 16-bit caches only
+// (attn_pipelined).
 template <sm90::Mma16 kMma>
 __device__ __forceinline__ void consume_dense_pipelined(AttnRows& r, const AttnWork& w,
                                                         AttnSmem* ss, uint32_t q_addr,
@@ -583,15 +571,6 @@ __device__ __forceinline__ void consume_dense_pipelined(AttnRows& r, const AttnW
   };
   auto phase = [](int u) { return static_cast<uint32_t>((u / kAttnStages) & 1); };
 
-  // O holds P.V of the blocks before j on the scale of block j - 1's maxima; corr takes it to
-  // block j's before P_j V_j is added (the same products in the same order as rescaling right
-  // after each P.V, so the result does not depend on where in the loop it runs).
-  auto rescale = [&](const float(&corr)[2]) {
-#pragma unroll
-    for (int i = 0; i < 64; ++i) r.o[i] *= corr[(i >> 1) & 1];
-  };
-
-  float corr[2];
   sm90::barrier_wait(&ss->full_k[0], 0);
   issue_qk(0);
   sm90::mma_wait<0>();
@@ -599,34 +578,34 @@ __device__ __forceinline__ void consume_dense_pipelined(AttnRows& r, const AttnW
   {
     int lim[2];
     limits(0, lim);
-    sm90::barrier_arrive(&ss->empty_k[0]);
+    float corr[2];
     softmax_step_deferred(s_acc, r.m, r.l, corr, t, lim[0], lim[1], scale_log2);
     pack_p<kMma>(s_acc, pa);
   }
   for (int u = 1; u < w.nblocks; ++u) {
     sm90::barrier_wait(&ss->full_k[u % kAttnStages], phase(u));
     issue_qk(u);
-    rescale(corr);  // on the CUDA cores while Q K_u^T runs
     sm90::barrier_wait(&ss->full_v[(u - 1) % kAttnStages], phase(u - 1));
     issue_pv(u - 1);
     sm90::mma_wait<1>();
     sm90::fence_acc(s_acc);
     int lim[2];
-    limits(u, lim);  // reads the stage's page before K_u's release lets the producer refill it
-    sm90::barrier_arrive(&ss->empty_k[u % kAttnStages]);
+    limits(u, lim);
+    float corr[2];
     softmax_step_deferred(s_acc, r.m, r.l, corr, t, lim[0], lim[1], scale_log2);
     sm90::mma_wait<0>();
     sm90::fence_acc(r.o);
-    sm90::barrier_arrive(&ss->empty_v[(u - 1) % kAttnStages]);
+    sm90::barrier_arrive(&ss->empty[(u - 1) % kAttnStages]);
+#pragma unroll
+    for (int i = 0; i < 64; ++i) r.o[i] *= corr[(i >> 1) & 1];
     pack_p<kMma>(s_acc, pa);
   }
   const int last = w.nblocks - 1;
-  rescale(corr);
   sm90::barrier_wait(&ss->full_v[last % kAttnStages], phase(last));
   issue_pv(last);
   sm90::mma_wait<0>();
   sm90::fence_acc(r.o);
-  sm90::barrier_arrive(&ss->empty_v[last % kAttnStages]);
+  sm90::barrier_arrive(&ss->empty[last % kAttnStages]);
 }
 
 // Epilogue: O / l (times the V scale) and the LSE of this thread's live rows, -0 written as +0.
@@ -700,8 +679,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
     for (int s = 0; s < kAttnStages; ++s) {
       sm90::barrier_init(&ss->full_k[s], 1);
       sm90::barrier_init(&ss->full_v[s], 1);
-      sm90::barrier_init(&ss->empty_k[s], 256);  // every consumer thread arrives
-      sm90::barrier_init(&ss->empty_v[s], 256);
+      sm90::barrier_init(&ss->empty[s], 256);  // every consumer thread arrives
     }
     sm90::barrier_init(&ss->fix, 1);
     sm90::barrier_init_fence();
@@ -791,8 +769,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
       } else {
         sm90::barrier_wait(&ss->full_v[s], phase);  // a skipped stage is released after its data
       }
-      sm90::barrier_arrive(&ss->empty_k[s]);
-      sm90::barrier_arrive(&ss->empty_v[s]);
+      sm90::barrier_arrive(&ss->empty[s]);
     }
   }
   write_rows(p, w, r, r0, t, v_scale);
