@@ -22,12 +22,14 @@
 // sequential kernel, producer included.
 //
 // A row only updates on blocks its token selected: for the other rows of a live warpgroup the
-// block's columns are masked to -inf and P is 0, so O, the row maximum and the row sum stay as
-// they were; a warpgroup none of whose tokens selected a block skips it. Per-row arithmetic is
-// therefore independent of the tile's other tokens and of the batch (bitwise, once a trailing
-// -0 is made +0). Keys past a row's position in its own block are masked by select. Slots past
-// the request's length in its last page may hold anything (NaN included): K there is masked, and
-// V rows there are zeroed in shared memory before P.V reads them (0 * NaN would be NaN).
+// block's columns are masked to -inf and P is 0, so O, the row maximum and the row sum stay as they
+// were; a warpgroup none of whose tokens selected a block skips it. Per-row arithmetic is therefore
+// independent of the tile's other tokens and of the batch (bitwise, once a trailing -0 is made +0).
+// Keys past a row's position in its own block are masked by select; a dense walk's other blocks are
+// visible whole to every live row, so their softmax adds a row mask of 0 or -inf instead of testing
+// columns (softmax_step_deferred). Slots past the request's length in its last page may hold
+// anything (NaN included): K there is masked, and V rows there are zeroed in shared memory before
+// P.V reads them (0 * NaN would be NaN).
 //
 // Bad values are flagged and skipped: a top-k id outside the tile's visible blocks
 // (kDeviceErrorTopkId) is ignored; a page outside the cache (kDeviceErrorBlockId) drops its block
@@ -36,6 +38,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
@@ -210,21 +213,41 @@ __device__ __forceinline__ void convert_e4m3_block(const AttnParams& p, int64_t 
   }
 }
 
+// 2^x in one MUFU.EX2 (exp2f's subnormal handling costs three more instructions per value). A
+// result below 2^-126 becomes 0: a probability is that small only next to the row's maximum term,
+// which is 1, so the fp32 sums it would enter do not change. exp2(-inf) = 0.
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Online-softmax step of one block for this thread's two rows, short of rescaling O. s: the
 // block's logits (raw dot products); lim0 / lim1: the last visible column of each row (-1: the
 // row does not take the block). Updates m (base-2 running maxima of the scaled logits) and l (this
 // thread's partial sums), leaves P in s and the rows' rescale factors of O in corr (applied by
 // the caller, after any P.V still in flight on O). The scale multiplies before the maximum, so
 // any sign works.
+//
+// kMasked false: each row takes all of the block's columns or none (lim 127 or -1), and a row that
+// takes none has finite logits (a dropped page's zeroed keys, or a row outside the tile's tokens,
+// whose output is never written): the row's mask is then an added 0 or -inf, one FFMA with the
+// scale, instead of a column test and a select per value.
+template <bool kMasked = true>
 __device__ __forceinline__ void softmax_step_deferred(float (&s)[64], float (&m)[2], float (&l)[2],
                                                       float (&corr)[2], int t, int lim0, int lim1,
                                                       float scale_log2) {
   float mx[2] = {-INFINITY, -INFINITY};
+  const float bias[2] = {lim0 < 0 ? -INFINITY : 0.0f, lim1 < 0 ? -INFINITY : 0.0f};
 #pragma unroll
   for (int i = 0; i < 64; ++i) {
     const int h = (i >> 1) & 1;
-    const bool vis = sm90::acc_col(t, i) <= (h ? lim1 : lim0);
-    s[i] = vis ? s[i] * scale_log2 : -INFINITY;
+    if constexpr (kMasked) {
+      const bool vis = sm90::acc_col(t, i) <= (h ? lim1 : lim0);
+      s[i] = vis ? s[i] * scale_log2 : -INFINITY;
+    } else {
+      s[i] = fmaf(s[i], scale_log2, bias[h]);
+    }
     mx[h] = fmaxf(mx[h], s[i]);
   }
   float neg_m[2];
@@ -242,7 +265,7 @@ __device__ __forceinline__ void softmax_step_deferred(float (&s)[64], float (&m)
 #pragma unroll
   for (int i = 0; i < 64; ++i) {
     const int h = (i >> 1) & 1;
-    s[i] = exp2f(s[i] + neg_m[h]);  // exp2(-inf) = 0 for masked columns
+    s[i] = ex2_ftz(s[i] + neg_m[h]);  // 0 for masked columns
     sum[h] += s[i];
   }
 #pragma unroll
@@ -251,11 +274,12 @@ __device__ __forceinline__ void softmax_step_deferred(float (&s)[64], float (&m)
 
 // Online-softmax step of one block for this thread's two rows: softmax_step_deferred, then o
 // rescaled by the row factors.
+template <bool kMasked>
 __device__ __forceinline__ void softmax_step(float (&s)[64], float (&o)[64], float (&m)[2],
                                              float (&l)[2], int t, int lim0, int lim1,
                                              float scale_log2) {
   float corr[2];
-  softmax_step_deferred(s, m, l, corr, t, lim0, lim1, scale_log2);
+  softmax_step_deferred<kMasked>(s, m, l, corr, t, lim0, lim1, scale_log2);
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
 }
@@ -518,12 +542,14 @@ __device__ __forceinline__ void issue_pv_mma(const uint32_t (&pa)[8][4], uint32_
 
 // Consumer step: one block for this warpgroup's 64 rows. S = Q K^T, the rows' masks, an online
 // softmax step, P rounded to the MMA type in registers, O += P V. The MMAs complete inside the
-// step, so no wgmma is in flight across the caller's branches.
+// step, so no wgmma is in flight across the caller's branches (nor across the softmax's). whole:
+// the softmax may take softmax_step_deferred's unmasked form (a dense walk's block other than the
+// own one).
 template <sm90::Mma16 kMma>
 __device__ __forceinline__ void consume_block(AttnRows& r, float (&s_acc)[64], uint32_t q_addr,
                                               uint32_t kt, uint32_t vt, uint64_t* full_v,
-                                              uint32_t phase, uint32_t mask, bool is_own, int t,
-                                              float scale_log2) {
+                                              uint32_t phase, uint32_t mask, bool is_own,
+                                              bool whole, int t, float scale_log2) {
   issue_qk_mma<kMma>(q_addr, kt, s_acc);
   sm90::mma_wait<0>();
   sm90::fence_acc(s_acc);
@@ -533,7 +559,11 @@ __device__ __forceinline__ void consume_block(AttnRows& r, float (&s_acc)[64], u
     const bool take = r.live[h] && ((mask >> r.tok[h]) & 1u);
     lim[h] = take ? (is_own ? r.own_lim[h] : 127) : -1;
   }
-  softmax_step(s_acc, r.o, r.m, r.l, t, lim[0], lim[1], scale_log2);
+  if (whole) {
+    softmax_step<false>(s_acc, r.o, r.m, r.l, t, lim[0], lim[1], scale_log2);
+  } else {
+    softmax_step<true>(s_acc, r.o, r.m, r.l, t, lim[0], lim[1], scale_log2);
+  }
   uint32_t pa[8][4];
   pack_p<kMma>(s_acc, pa);
   sm90::barrier_wait(full_v, phase);
@@ -570,35 +600,49 @@ __device__ __forceinline__ void consume_dense_pipelined(AttnRows& r, const AttnW
     }
   };
   auto phase = [](int u) { return static_cast<uint32_t>((u / kAttnStages) & 1); };
-
-  sm90::barrier_wait(&ss->full_k[0], 0);
-  issue_qk(0);
-  sm90::mma_wait<0>();
-  sm90::fence_acc(s_acc);
-  {
+  // The softmax of block u; kMasked only for the own block, the one whose columns differ by row.
+  auto softmax = [&](auto masked, int u, float(&corr)[2]) {
     int lim[2];
-    limits(0, lim);
-    float corr[2];
-    softmax_step_deferred(s_acc, r.m, r.l, corr, t, lim[0], lim[1], scale_log2);
-    pack_p<kMma>(s_acc, pa);
-  }
-  for (int u = 1; u < w.nblocks; ++u) {
+    limits(u, lim);
+    softmax_step_deferred<decltype(masked)::value>(s_acc, r.m, r.l, corr, t, lim[0], lim[1],
+                                                   scale_log2);
+  };
+  // Block u's S and block u - 1's P.V (u >= 1).
+  auto step = [&](auto masked, int u) {
     sm90::barrier_wait(&ss->full_k[u % kAttnStages], phase(u));
     issue_qk(u);
     sm90::barrier_wait(&ss->full_v[(u - 1) % kAttnStages], phase(u - 1));
     issue_pv(u - 1);
     sm90::mma_wait<1>();
     sm90::fence_acc(s_acc);
-    int lim[2];
-    limits(u, lim);
     float corr[2];
-    softmax_step_deferred(s_acc, r.m, r.l, corr, t, lim[0], lim[1], scale_log2);
+    softmax(masked, u, corr);
     sm90::mma_wait<0>();
     sm90::fence_acc(r.o);
     sm90::barrier_arrive(&ss->empty[(u - 1) % kAttnStages]);
 #pragma unroll
     for (int i = 0; i < 64; ++i) r.o[i] *= corr[(i >> 1) & 1];
     pack_p<kMma>(s_acc, pa);
+  };
+  auto first = [&](auto masked) {
+    sm90::barrier_wait(&ss->full_k[0], 0);
+    issue_qk(0);
+    sm90::mma_wait<0>();
+    sm90::fence_acc(s_acc);
+    float corr[2];
+    softmax(masked, 0, corr);
+    pack_p<kMma>(s_acc, pa);
+  };
+  constexpr std::false_type kWhole{};
+  constexpr std::true_type kOwn{};
+
+  // The own block is the walk's last (dense: blocks 0 .. own).
+  if (w.nblocks == 1) {
+    first(kOwn);
+  } else {
+    first(kWhole);
+    for (int u = 1; u < w.nblocks - 1; ++u) step(kWhole, u);
+    step(kOwn, w.nblocks - 1);
   }
   const int last = w.nblocks - 1;
   sm90::barrier_wait(&ss->full_v[last % kAttnStages], phase(last));
@@ -765,7 +809,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
       if ((mask & wg_tokens) != 0 && ss->stage_page[s] >= 0) {
         consume_block<kMma>(r, s_acc, q_addr, k_base + static_cast<uint32_t>(s * kTile16Bytes),
                             v_base + static_cast<uint32_t>(s * kTile16Bytes), &ss->full_v[s], phase,
-                            mask, blk == w.own, t, scale_log2);
+                            mask, blk == w.own, !kSparse && blk != w.own, t, scale_log2);
       } else {
         sm90::barrier_wait(&ss->full_v[s], phase);  // a skipped stage is released after its data
       }
