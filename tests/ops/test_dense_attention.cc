@@ -167,6 +167,21 @@ std::vector<NamedSpec> dense_specs() {
     s.seed = 44;
     v.push_back({"TensorCoreTp2", s});
   }
+  {
+    // A negative softmax scale (the tensor-core kernels negate Q and use its magnitude), with a
+    // per-layer e4m3 scale folded into it on the second case.
+    BatchSpec s;
+    s.seq_lens = {700, 150 + 300};
+    s.query_lens = {300, 150};
+    s.softmax_scale = -0.07f;
+    s.seed = 45;
+    v.push_back({"TensorCoreNegativeScale", s});
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerLayer;
+    s.out_dtype = DType::kBF16;
+    s.seed = 46;
+    v.push_back({"TensorCoreNegativeScaleE4m3", s});
+  }
   return v;
 }
 

@@ -398,6 +398,14 @@ std::vector<NamedSpec> prefill_specs() {
     s.seed = 35;
     v.push_back({"TensorCoreTp2Width8SharedPages", s});
   }
+  {
+    BatchSpec s;  // a negative softmax scale (the tensor-core kernel negates Q)
+    s.seq_lens = {1300, 400 + 600};
+    s.query_lens = {500, 400};
+    s.softmax_scale = -0.06f;
+    s.seed = 36;
+    v.push_back({"TensorCoreNegativeScale", s});
+  }
   return v;
 }
 

@@ -118,14 +118,17 @@ struct AttnParams {
   int32_t* error_flags;
 };
 
-// Writes row `r` (0..127) of the 16-bit Q tile: token r / G, head r % G of KV head g, or zeros.
+// Writes row `r` (0..127) of the 16-bit Q tile: token r / G, head r % G of KV head g, or zeros;
+// `sign` (0 or 0x80008000) flips the sign of every element, exactly.
 template <typename Load>
-__device__ __forceinline__ void load_q_rows(uint8_t* sQ, int first_row, int t, Load&& row_ptr) {
+__device__ __forceinline__ void load_q_rows(uint8_t* sQ, int first_row, int t, uint32_t sign,
+                                            Load&& row_ptr) {
   for (int c = t; c < 64 * 16; c += 128) {
     const int r = first_row + c / 16, chunk = c % 16;
     const uint8_t* src = row_ptr(r);
     uint4 v = make_uint4(0, 0, 0, 0);
     if (src != nullptr) v = ld_raw_v4(src + chunk * 16);
+    v = make_uint4(v.x ^ sign, v.y ^ sign, v.z ^ sign, v.w ^ sign);
     *reinterpret_cast<uint4*>(sQ + (chunk / 8) * (kAttnRows * 128) +
                               sm90::swizzled_chunk(static_cast<uint32_t>(r), chunk % 8)) = v;
   }
@@ -224,29 +227,26 @@ __device__ __forceinline__ float ex2_ftz(float x) {
 
 // Online-softmax step of one block for this thread's two rows, short of rescaling O. s: the
 // block's logits (raw dot products); lim0 / lim1: the last visible column of each row (-1: the
-// row does not take the block). Updates m (base-2 running maxima of the scaled logits) and l (this
-// thread's partial sums), leaves P in s and the rows' rescale factors of O in corr (applied by
-// the caller, after any P.V still in flight on O). The scale multiplies before the maximum, so
-// any sign works.
+// row does not take the block); scale_log2 > 0 (a negative scale negates Q instead). Updates m
+// (base-2 running maxima of the scaled logits) and l (this thread's partial sums), leaves P in s
+// and the rows' rescale factors of O in corr (applied by the caller, after any P.V still in
+// flight on O). The maximum is taken over the raw logits and scaled once (rounding is monotonic,
+// so it is the maximum of the scaled logits), and each P is exp2 of one FFMA, s * scale - m.
 //
 // kMasked false: each row takes all of the block's columns or none (lim 127 or -1), and a row that
 // takes none has finite logits (a dropped page's zeroed keys, or a row outside the tile's tokens,
-// whose output is never written): the row's mask is then an added 0 or -inf, one FFMA with the
-// scale, instead of a column test and a select per value.
+// whose output is never written): such a row's block maximum is -inf and its FFMA adds -inf,
+// instead of a column test and a select per value.
 template <bool kMasked = true>
 __device__ __forceinline__ void softmax_step_deferred(float (&s)[64], float (&m)[2], float (&l)[2],
                                                       float (&corr)[2], int t, int lim0, int lim1,
                                                       float scale_log2) {
   float mx[2] = {-INFINITY, -INFINITY};
-  const float bias[2] = {lim0 < 0 ? -INFINITY : 0.0f, lim1 < 0 ? -INFINITY : 0.0f};
 #pragma unroll
   for (int i = 0; i < 64; ++i) {
     const int h = (i >> 1) & 1;
     if constexpr (kMasked) {
-      const bool vis = sm90::acc_col(t, i) <= (h ? lim1 : lim0);
-      s[i] = vis ? s[i] * scale_log2 : -INFINITY;
-    } else {
-      s[i] = fmaf(s[i], scale_log2, bias[h]);
+      if (sm90::acc_col(t, i) > (h ? lim1 : lim0)) s[i] = -INFINITY;
     }
     mx[h] = fmaxf(mx[h], s[i]);
   }
@@ -255,33 +255,40 @@ __device__ __forceinline__ void softmax_step_deferred(float (&s)[64], float (&m)
   for (int h = 0; h < 2; ++h) {
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFFu, mx[h], 1));
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFFu, mx[h], 2));
-    const float m_new = fmaxf(m[h], mx[h]);
+    const bool takes = (h ? lim1 : lim0) >= 0;
+    const float m_new = fmaxf(m[h], takes ? mx[h] * scale_log2 : -INFINITY);
     // A row with nothing visible yet keeps m = -inf: no rescale, and P = 0 below.
     corr[h] = m_new == -INFINITY ? 1.0f : exp2f(m[h] - m_new);
-    neg_m[h] = m_new == -INFINITY ? 0.0f : -m_new;
+    neg_m[h] = !kMasked && !takes ? -INFINITY : m_new == -INFINITY ? 0.0f : -m_new;
     m[h] = m_new;
   }
   float sum[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int i = 0; i < 64; ++i) {
     const int h = (i >> 1) & 1;
-    s[i] = ex2_ftz(s[i] + neg_m[h]);  // 0 for masked columns
+    s[i] = ex2_ftz(fmaf(s[i], scale_log2, neg_m[h]));  // 0 for masked columns
     sum[h] += s[i];
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) l[h] = l[h] * corr[h] + sum[h];
 }
 
+// O times the rows' rescale factors.
+__device__ __forceinline__ void rescale_o(float (&o)[64], const float (&corr)[2]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
+}
+
 // Online-softmax step of one block for this thread's two rows: softmax_step_deferred, then o
-// rescaled by the row factors.
+// rescaled by the row factors, unless the warp's factors are all 1 (no row maximum of the warp
+// moved: most blocks once the first few are in). No MMA is in flight here (consume_block).
 template <bool kMasked>
 __device__ __forceinline__ void softmax_step(float (&s)[64], float (&o)[64], float (&m)[2],
                                              float (&l)[2], int t, int lim0, int lim1,
                                              float scale_log2) {
   float corr[2];
   softmax_step_deferred<kMasked>(s, m, l, corr, t, lim0, lim1, scale_log2);
-#pragma unroll
-  for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
+  if (__any_sync(0xFFFFFFFFu, corr[0] != 1.0f || corr[1] != 1.0f)) rescale_o(o, corr);
 }
 
 // What every step of a CTA knows about its work item.
@@ -620,8 +627,7 @@ __device__ __forceinline__ void consume_dense_pipelined(AttnRows& r, const AttnW
     sm90::mma_wait<0>();
     sm90::fence_acc(r.o);
     sm90::barrier_arrive(&ss->empty[(u - 1) % kAttnStages]);
-#pragma unroll
-    for (int i = 0; i < 64; ++i) r.o[i] *= corr[(i >> 1) & 1];
+    rescale_o(r.o, corr);
     pack_p<kMma>(s_acc, pa);
   };
   auto first = [&](auto masked) {
@@ -729,6 +735,13 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
     sm90::barrier_init_fence();
   }
 
+  // The logits' scale, base 2: the softmax scale times K's per-layer e4m3 scale (V's multiplies
+  // the normalised output). The softmax takes a positive one: a negative scale negates Q instead
+  // (s * scale = (-s) * |scale| exactly).
+  float scale_log2 = p.k_scale != nullptr ? p.scale_log2 * *p.k_scale : p.scale_log2;
+  const uint32_t q_sign = scale_log2 < 0.0f ? 0x80008000u : 0u;
+  scale_log2 = fabsf(scale_log2);
+
   // Set-up: the producer warpgroup builds the block list (sparse), the consumers load Q.
   if (wg == 0) {
     if constexpr (kSparse) {
@@ -737,7 +750,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
       ss->union_count = static_cast<int32_t>(w.own + 1);
     }
   } else {
-    load_q_rows(sQ, 64 * (wg - 1), t, [&](int r) -> const uint8_t* {
+    load_q_rows(sQ, 64 * (wg - 1), t, q_sign, [&](int r) -> const uint8_t* {
       const int64_t pos = w.tile.win_pos + r / G;
       if (pos < w.tile.lo || pos >= w.tile.hi) return nullptr;
       const int64_t row = w.tile.row0 + (pos - w.tile.start_pos);
@@ -788,9 +801,6 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
   for (int i = 0; i < 64; ++i) r.o[i] = 0.0f;
   // Tokens of this warpgroup: 64 / G of them from token 64 cw / G.
   const uint32_t wg_tokens = ((1u << (64 / G)) - 1u) << (64 * cw / G);
-  // Per-layer e4m3 scales: K's multiplies the logits (folded into the exponent's scale), V's
-  // the normalised output.
-  const float scale_log2 = p.k_scale != nullptr ? p.scale_log2 * *p.k_scale : p.scale_log2;
   const float v_scale = p.v_scale != nullptr ? *p.v_scale : 1.0f;
   if constexpr (attn_pipelined(kE4M3, kSparse)) {
     consume_dense_pipelined<kMma>(r, w, ss, q_addr, k_base, v_base, t, scale_log2);
