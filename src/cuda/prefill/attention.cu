@@ -63,7 +63,7 @@ Status launch(const CUtensorMap& k_map, const CUtensorMap& v_map, const AttnPara
               cudaStream_t stream) {
   const auto kernel = prefill_attention_sm90_kernel<kMma, kE4M3, kSparse, kTokenScales>;
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(kAttnSmemBytes));
+                                             static_cast<int>(attn_smem_bytes(kSparse)));
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     return Status(StatusCode::kCudaError, std::string("prefill_attention_sm90_kernel: shared "
@@ -71,7 +71,7 @@ Status launch(const CUtensorMap& k_map, const CUtensorMap& v_map, const AttnPara
                                               cudaGetErrorString(e));
   }
   return launch_kernel("prefill_attention_sm90_kernel", kernel, grid, dim3(kAttnThreads),
-                       kAttnSmemBytes, stream, k_map, v_map, prm);
+                       attn_smem_bytes(kSparse), stream, k_map, v_map, prm);
 }
 
 template <bool kSparse>

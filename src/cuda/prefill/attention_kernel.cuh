@@ -9,17 +9,17 @@
 // mask of the tokens that selected it (built in shared memory from a bitmap of the visible
 // blocks, so duplicated or unordered top-k entries mean the same set).
 //
-// Three warpgroups. Warpgroup 0 produces the K and V tiles of each block into a two-stage ring:
-// 16-bit caches by bulk tensor copies (one 4-D map per side over [blocks, KV heads, slots, dims],
-// so the packed and split layouts are read in place), e4m3 caches by its 128 threads loading,
-// converting to bf16 exactly and storing in the swizzled layout. Warpgroups 1 and 2 own rows
-// 0-63 and 64-127: per block, S = Q K^T (wgmma, Q and K from shared memory), an online softmax
-// in fp32 in base 2, P rounded to the MMA type in registers, O += P V (wgmma, P from registers).
-// Two consumer loops (attn_pipelined picks one per instantiation): dense attention over a 16-bit
-// cache overlaps the softmax of block j with P.V of block j - 1 (consume_dense_pipelined); e4m3
-// caches and sparse attention take one block at a time (consume_block). The e4m3 dense path stays
-// on the sequential loop because the pipelined one measured slower there; its code is that of the
-// sequential kernel, producer included.
+// Three warpgroups. Warpgroup 0 produces the K and V tiles of each block into a ring (three stages
+// dense, two sparse: attn_stages): 16-bit caches by bulk tensor copies (one 4-D map per side over
+// [blocks, KV heads, slots, dims], so the packed and split layouts are read in place), e4m3 caches
+// by its 128 threads loading, converting to bf16 exactly and storing in the swizzled layout.
+// Warpgroups 1 and 2 own rows 0-63 and 64-127: per block, S = Q K^T (wgmma, Q and K from shared
+// memory), an online softmax in fp32 in base 2, P rounded to the MMA type in registers, O += P V
+// (wgmma, P from registers). Two consumer loops (attn_pipelined picks one per instantiation): dense
+// attention over a 16-bit cache overlaps the softmax of block j with P.V of block j - 1
+// (consume_dense_pipelined); e4m3 caches and sparse attention take one block at a time
+// (consume_block). The e4m3 dense path stays on the sequential loop because the pipelined one
+// measured slower there; its code is that of the sequential kernel, producer included.
 //
 // A row only updates on blocks its token selected: for the other rows of a live warpgroup the
 // block's columns are masked to -inf and P is 0, so O, the row maximum and the row sum stay as they
@@ -37,6 +37,7 @@
 // validation) are written by prefill_empty_rows_kernel: output 0, LSE -inf.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -54,7 +55,7 @@ constexpr int kAttnRows = 128;     // MMA rows per tile
 constexpr int kAttnDim = 128;      // head dim
 constexpr int kAttnKeys = 128;     // keys per block
 constexpr int kAttnThreads = 384;  // producer warpgroup + two consumer warpgroups
-constexpr int kAttnStages = 2;
+constexpr int kAttnMaxStages = 3;
 constexpr int kMaxUnion = 256;        // top-k entries per tile (tokens x top-k width)
 constexpr int kMaxBitmapWords = 256;  // visible blocks per tile / 32 (sparse): 8192 blocks
 constexpr float kLog2e = 1.4426950408889634f;
@@ -68,12 +69,19 @@ constexpr int kTile16Bytes = kAttnKeys * kAttnDim * 2;  // one 16-bit K or V til
 // produce_tma zero-fills a dropped block's tiles exactly when its consumer is the pipelined one.
 constexpr bool attn_pipelined(bool e4m3, bool sparse) { return !e4m3 && !sparse; }
 
+// Stages of the K/V ring: three for dense walks, whose consumers release a stage only once its
+// P.V is done (so a two-stage ring leaves a block's copy exposed between the release and the
+// next Q K^T), two for sparse ones, whose union lists take the shared memory of the third.
+constexpr int attn_stages(bool sparse) { return sparse ? 2 : 3; }
+
+// The sparse walk's members (from union_block on) are allocated for sparse kernels only
+// (attn_smem_bytes): a dense kernel with three stages has no room for them.
 struct AttnSmem {
-  uint64_t full_k[kAttnStages];
-  uint64_t full_v[kAttnStages];
-  uint64_t empty[kAttnStages];
-  uint64_t fix;                     // the V copy of a block that needs its tail zeroed
-  int32_t stage_page[kAttnStages];  // the page in the stage (< 0: the block is dropped)
+  uint64_t full_k[kAttnMaxStages];
+  uint64_t full_v[kAttnMaxStages];
+  uint64_t empty[kAttnMaxStages];
+  uint64_t fix;                        // the V copy of a block that needs its tail zeroed
+  int32_t stage_page[kAttnMaxStages];  // the page in the stage (< 0: the block is dropped)
   int32_t union_count;
   int32_t union_block[kMaxUnion];
   int32_t union_page[kMaxUnion];
@@ -82,8 +90,12 @@ struct AttnSmem {
   int32_t word_base[kMaxBitmapWords];
 };
 
-constexpr size_t kAttnSmemBytes =
-    kAttnRows * kAttnDim * 2 + 2 * kAttnStages * kTile16Bytes + sizeof(AttnSmem) + 1024;
+constexpr size_t attn_smem_bytes(bool sparse) {
+  return kAttnRows * kAttnDim * 2 + 2 * static_cast<size_t>(attn_stages(sparse)) * kTile16Bytes +
+         (sparse ? sizeof(AttnSmem) : offsetof(AttnSmem, union_block)) + 1024;
+}
+static_assert(attn_smem_bytes(false) <= 227 * 1024 && attn_smem_bytes(true) <= 227 * 1024,
+              "the ring fits an SM's shared memory");
 
 struct AttnParams {
   RowMap rows;
@@ -388,9 +400,9 @@ __device__ __forceinline__ int32_t entry_page(const AttnParams& p, const AttnWor
   }
 }
 
-// Producer step (16-bit caches): one warp hands the consumers each block's K and V tiles by
-// bulk tensor copies into the two-stage ring. The request's last page lands its V on `fix`
-// first, so that its slots past the length can be zeroed before the stage is handed over.
+// Producer step (16-bit caches): one warp hands the consumers each block's K and V tiles by bulk
+// tensor copies into the ring. The request's last page lands its V on `fix` first, so that its
+// slots past the length can be zeroed before the stage is handed over.
 template <bool kSparse>
 __device__ __forceinline__ void produce_tma(const CUtensorMap& k_map, const CUtensorMap& v_map,
                                             const AttnParams& p, const AttnWork& w, AttnSmem* ss,
@@ -400,9 +412,10 @@ __device__ __forceinline__ void produce_tma(const CUtensorMap& k_map, const CUte
     sm90::tma_prefetch_map(&k_map);
     sm90::tma_prefetch_map(&v_map);
   }
+  constexpr int kStages = attn_stages(kSparse);
   int32_t page_ahead = 0;  // dense: pages of blocks u0 .. u0 + 31, one per lane
   for (int u = 0; u < w.nblocks; ++u) {
-    const int s = u % kAttnStages;
+    const int s = u % kStages;
     int64_t blk = u;
     int32_t page;
     if constexpr (kSparse) {
@@ -419,7 +432,7 @@ __device__ __forceinline__ void produce_tma(const CUtensorMap& k_map, const CUte
         page = -1;
       }
     }
-    if (u >= kAttnStages) sm90::barrier_wait(&ss->empty[s], ((u / kAttnStages) - 1) & 1);
+    if (u >= kStages) sm90::barrier_wait(&ss->empty[s], ((u / kStages) - 1) & 1);
     uint8_t* dk = sK + s * kTile16Bytes;
     uint8_t* dv = sV + s * kTile16Bytes;
     if (lane == 0) ss->stage_page[s] = page;
@@ -478,9 +491,10 @@ __device__ __forceinline__ void produce_tma(const CUtensorMap& k_map, const CUte
 template <bool kSparse, bool kTokenScales>
 __device__ __forceinline__ void produce_e4m3(const AttnParams& p, const AttnWork& w, AttnSmem* ss,
                                              uint8_t* sK, uint8_t* sV, int t) {
+  constexpr int kStages = attn_stages(kSparse);
   for (int u = 0; u < w.nblocks; ++u) {
-    const int s = u % kAttnStages;
-    if (u >= kAttnStages) sm90::barrier_wait(&ss->empty[s], ((u / kAttnStages) - 1) & 1);
+    const int s = u % kStages;
+    if (u >= kStages) sm90::barrier_wait(&ss->empty[s], ((u / kStages) - 1) & 1);
     int64_t blk = u;
     const int32_t page = entry_page<kSparse>(p, w, ss, u, blk);
     if (!kSparse && page < 0 && t == 0) raise_error(p.error_flags, kDeviceErrorBlockId);
@@ -590,23 +604,23 @@ __device__ __forceinline__ void consume_dense_pipelined(AttnRows& r, const AttnW
                                                         AttnSmem* ss, uint32_t q_addr,
                                                         uint32_t k_base, uint32_t v_base, int t,
                                                         float scale_log2) {
+  constexpr int kStages = attn_stages(false);
   float s_acc[64];
   uint32_t pa[8][4];
   auto issue_qk = [&](int u) {
-    issue_qk_mma<kMma>(q_addr, k_base + static_cast<uint32_t>((u % kAttnStages) * kTile16Bytes),
-                       s_acc);
+    issue_qk_mma<kMma>(q_addr, k_base + static_cast<uint32_t>((u % kStages) * kTile16Bytes), s_acc);
   };
   auto issue_pv = [&](int u) {
-    issue_pv_mma<kMma>(pa, v_base + static_cast<uint32_t>((u % kAttnStages) * kTile16Bytes), r.o);
+    issue_pv_mma<kMma>(pa, v_base + static_cast<uint32_t>((u % kStages) * kTile16Bytes), r.o);
   };
   auto limits = [&](int u, int(&lim)[2]) {
-    const bool usable = ss->stage_page[u % kAttnStages] >= 0;
+    const bool usable = ss->stage_page[u % kStages] >= 0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       lim[h] = r.live[h] && usable ? (u == w.own ? r.own_lim[h] : kAttnKeys - 1) : -1;
     }
   };
-  auto phase = [](int u) { return static_cast<uint32_t>((u / kAttnStages) & 1); };
+  auto phase = [](int u) { return static_cast<uint32_t>((u / kStages) & 1); };
   // The softmax of block u; kMasked only for the own block, the one whose columns differ by row.
   auto softmax = [&](auto masked, int u, float(&corr)[2]) {
     int lim[2];
@@ -616,9 +630,9 @@ __device__ __forceinline__ void consume_dense_pipelined(AttnRows& r, const AttnW
   };
   // Block u's S and block u - 1's P.V (u >= 1).
   auto step = [&](auto masked, int u) {
-    sm90::barrier_wait(&ss->full_k[u % kAttnStages], phase(u));
+    sm90::barrier_wait(&ss->full_k[u % kStages], phase(u));
     issue_qk(u);
-    sm90::barrier_wait(&ss->full_v[(u - 1) % kAttnStages], phase(u - 1));
+    sm90::barrier_wait(&ss->full_v[(u - 1) % kStages], phase(u - 1));
     issue_pv(u - 1);
     sm90::mma_wait<1>();
     sm90::fence_acc(s_acc);
@@ -626,7 +640,7 @@ __device__ __forceinline__ void consume_dense_pipelined(AttnRows& r, const AttnW
     softmax(masked, u, corr);
     sm90::mma_wait<0>();
     sm90::fence_acc(r.o);
-    sm90::barrier_arrive(&ss->empty[(u - 1) % kAttnStages]);
+    sm90::barrier_arrive(&ss->empty[(u - 1) % kStages]);
     rescale_o(r.o, corr);
     pack_p<kMma>(s_acc, pa);
   };
@@ -651,11 +665,11 @@ __device__ __forceinline__ void consume_dense_pipelined(AttnRows& r, const AttnW
     step(kOwn, w.nblocks - 1);
   }
   const int last = w.nblocks - 1;
-  sm90::barrier_wait(&ss->full_v[last % kAttnStages], phase(last));
+  sm90::barrier_wait(&ss->full_v[last % kStages], phase(last));
   issue_pv(last);
   sm90::mma_wait<0>();
   sm90::fence_acc(r.o);
-  sm90::barrier_arrive(&ss->empty[last % kAttnStages]);
+  sm90::barrier_arrive(&ss->empty[last % kStages]);
 }
 
 // Epilogue: O / l (times the V scale) and the LSE of this thread's live rows, -0 written as +0.
@@ -710,8 +724,9 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   uint8_t* sQ = smem;
   uint8_t* sK = sQ + kAttnRows * kAttnDim * 2;
-  uint8_t* sV = sK + kAttnStages * kTile16Bytes;
-  auto* ss = reinterpret_cast<AttnSmem*>(sV + kAttnStages * kTile16Bytes);
+  constexpr int kStages = attn_stages(kSparse);
+  uint8_t* sV = sK + kStages * kTile16Bytes;
+  auto* ss = reinterpret_cast<AttnSmem*>(sV + kStages * kTile16Bytes);
 
   const int32_t total = p.tile_offsets[p.rows.num_requests];
   const int32_t tile_index = total - 1 - static_cast<int32_t>(blockIdx.x);
@@ -726,7 +741,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
   const int t = tid % 128;
 
   if (tid == 0) {
-    for (int s = 0; s < kAttnStages; ++s) {
+    for (int s = 0; s < kStages; ++s) {
       sm90::barrier_init(&ss->full_k[s], 1);
       sm90::barrier_init(&ss->full_v[s], 1);
       sm90::barrier_init(&ss->empty[s], 256);  // every consumer thread arrives
@@ -807,8 +822,8 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
   } else {
     float s_acc[64];
     for (int u = 0; u < w.nblocks; ++u) {
-      const int s = u % kAttnStages;
-      const uint32_t phase = (u / kAttnStages) & 1;
+      const int s = u % kStages;
+      const uint32_t phase = (u / kStages) & 1;
       int64_t blk = u;
       uint32_t mask = 0xFFFFFFFFu;
       if constexpr (kSparse) {
