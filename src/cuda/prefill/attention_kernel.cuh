@@ -249,7 +249,7 @@ __device__ __forceinline__ float ex2_ftz(float x) {
 // takes none has finite logits (a dropped page's zeroed keys, or a row outside the tile's tokens,
 // whose output is never written): such a row's block maximum is -inf and its FFMA adds -inf,
 // instead of a column test and a select per value.
-template <bool kMasked = true>
+template <bool kMasked>
 __device__ __forceinline__ void softmax_step_deferred(float (&s)[64], float (&m)[2], float (&l)[2],
                                                       float (&corr)[2], int t, int lim0, int lim1,
                                                       float scale_log2) {
@@ -563,14 +563,13 @@ __device__ __forceinline__ void issue_pv_mma(const uint32_t (&pa)[8][4], uint32_
 
 // Consumer step: one block for this warpgroup's 64 rows. S = Q K^T, the rows' masks, an online
 // softmax step, P rounded to the MMA type in registers, O += P V. The MMAs complete inside the
-// step, so no wgmma is in flight across the caller's branches (nor across the softmax's). whole:
-// the softmax may take softmax_step_deferred's unmasked form (a dense walk's block other than the
-// own one).
-template <sm90::Mma16 kMma>
+// step, so no wgmma is in flight across the caller's branches (nor across the softmax's). A
+// dense walk's blocks other than the own one take softmax_step_deferred's unmasked form.
+template <sm90::Mma16 kMma, bool kSparse>
 __device__ __forceinline__ void consume_block(AttnRows& r, float (&s_acc)[64], uint32_t q_addr,
                                               uint32_t kt, uint32_t vt, uint64_t* full_v,
-                                              uint32_t phase, uint32_t mask, bool is_own,
-                                              bool whole, int t, float scale_log2) {
+                                              uint32_t phase, uint32_t mask, bool is_own, int t,
+                                              float scale_log2) {
   issue_qk_mma<kMma>(q_addr, kt, s_acc);
   sm90::mma_wait<0>();
   sm90::fence_acc(s_acc);
@@ -580,7 +579,7 @@ __device__ __forceinline__ void consume_block(AttnRows& r, float (&s_acc)[64], u
     const bool take = r.live[h] && ((mask >> r.tok[h]) & 1u);
     lim[h] = take ? (is_own ? r.own_lim[h] : 127) : -1;
   }
-  if (whole) {
+  if (!kSparse && !is_own) {
     softmax_step<false>(s_acc, r.o, r.m, r.l, t, lim[0], lim[1], scale_log2);
   } else {
     softmax_step<true>(s_acc, r.o, r.m, r.l, t, lim[0], lim[1], scale_log2);
@@ -832,9 +831,10 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
       }
       sm90::barrier_wait(&ss->full_k[s], phase);
       if ((mask & wg_tokens) != 0 && ss->stage_page[s] >= 0) {
-        consume_block<kMma>(r, s_acc, q_addr, k_base + static_cast<uint32_t>(s * kTile16Bytes),
-                            v_base + static_cast<uint32_t>(s * kTile16Bytes), &ss->full_v[s], phase,
-                            mask, blk == w.own, !kSparse && blk != w.own, t, scale_log2);
+        consume_block<kMma, kSparse>(r, s_acc, q_addr,
+                                     k_base + static_cast<uint32_t>(s * kTile16Bytes),
+                                     v_base + static_cast<uint32_t>(s * kTile16Bytes),
+                                     &ss->full_v[s], phase, mask, blk == w.own, t, scale_log2);
       } else {
         sm90::barrier_wait(&ss->full_v[s], phase);  // a skipped stage is released after its data
       }
