@@ -704,6 +704,13 @@ std::vector<Case> prefill_cases() {
   return cases;
 }
 
+// The prefill index op also at 128K (its select runs 32 keys per lane there).
+std::vector<Case> index_prefill_cases() {
+  std::vector<Case> cases = prefill_cases();
+  for (bool fp8 : {false, true}) cases.push_back({131072, 1, 131072, fp8, false});
+  return cases;
+}
+
 // Index cases: batch 1-64 over 8K-512K, uniform and (where lengths can differ) ragged, both
 // dtypes, and 32K x 4 with 4 rows per request. Attention cases: its work does not grow with the
 // context, so 8K and 128K, with 1 and 4 rows per request.
@@ -881,7 +888,8 @@ int main(int argc, char** argv) {
         std::make_pair(attention, attention_cases()),
         std::make_pair(layer, attention_layer_cases()), std::make_pair(step, step_cases()),
         std::make_pair(decode_step, decode_step_cases()),
-        std::make_pair(dense_prefill || sparse_prefill || index_prefill, prefill_cases())}) {
+        std::make_pair(dense_prefill || sparse_prefill, prefill_cases()),
+        std::make_pair(index_prefill, index_prefill_cases())}) {
     if (wanted) matching += static_cast<int>(std::count_if(cases.begin(), cases.end(), selected));
   }
   if (!ops_ok || matching == 0) {
@@ -940,7 +948,7 @@ int main(int argc, char** argv) {
     }
   }
   if (index_prefill) {
-    for (const Case& c : prefill_cases()) {
+    for (const Case& c : index_prefill_cases()) {
       if (selected(c) && !run_index_prefill(c, s, fl)) return 1;
     }
   }

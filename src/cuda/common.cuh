@@ -140,6 +140,15 @@ __device__ __forceinline__ void st_shared_b16_if(bool pred, void* p, uint16_t v)
       : "memory");
 }
 
+// The same for a 64-bit value at a shared-space address (__cvta_generic_to_shared).
+__device__ __forceinline__ void st_shared_u64_if(bool pred, uint32_t addr, uint64_t v) {
+  asm volatile(
+      "{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %0, 0;\n\t@q st.shared.u64 [%1], %2;\n\t}" ::"r"(
+          static_cast<uint32_t>(pred)),
+      "r"(addr), "l"(v)
+      : "memory");
+}
+
 // Element i of an i32 or i64 index tensor as raw words (one predicated load, no branch);
 // index_value converts it.
 struct RawIndex {

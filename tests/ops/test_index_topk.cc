@@ -60,9 +60,11 @@ class DeviceBuffer {
 
 // Block scores in a chosen order instead of drawn values (bf16 operands): every query is
 // (16, 1, 0, ...) and every key of a request's block b is (v / 16, v % 16, 0, ...) in integers,
-// so block b scores v exactly: b (ascending), the request's block count - 1 - b (descending), or
-// 7 for every block (all tied, the lower ids win).
-enum class ScoreOrder { kDrawn, kAscending, kDescending, kEqual };
+// so block b scores v exactly: b (ascending), the request's block count - 1 - b (descending),
+// 7 for every block (all tied, the lower ids win), or lane-skewed: 1024 + b for the blocks whose
+// id is below 5 modulo 32, b % 7 for the others (a warp select lane holds ids l + 32 i, so five
+// lanes hold every high score and the others many ties).
+enum class ScoreOrder { kDrawn, kAscending, kDescending, kEqual, kLaneSkewed };
 
 struct BatchSpec {
   DType q_dtype = DType::kBF16;
@@ -185,7 +187,9 @@ Batch make_batch(const BatchSpec& spec, const Device& device) {
       for (int64_t blk = 0; blk < used; ++blk) {
         const int64_t v = spec.order == ScoreOrder::kAscending    ? blk
                           : spec.order == ScoreOrder::kDescending ? used - 1 - blk
-                                                                  : 7;
+                          : spec.order == ScoreOrder::kEqual      ? 7
+                          : blk % 32 < 5                          ? 1024 + blk
+                                                                  : blk % 7;
         const int64_t page = table[static_cast<size_t>(r * max_blocks + blk)];
         for (int64_t j = 0; j < bs; ++j) {
           b.index_cache.set({page, j, 0}, static_cast<double>(v / 16));
@@ -519,13 +523,16 @@ INSTANTIATE_TEST_SUITE_P(Cases, IndexTopkPrefillTensorCore,
                          });
 
 // Prefill selection over table widths and score orders: the CUDA backend selects prefill rows
-// of tables of up to 1024 columns with one warp per row (32 lanes x 1 to 32 keys; up to 4 keys
-// sorted per lane, more rescanned) and wider tables with a CTA per row; rows from 1 visible block
-// to 1020, scores ascending and descending (the kept blocks at either end of a lane's keys) and all
-// tied (decided by block id), with and without init and local blocks.
+// of tables of up to 1024 columns with one warp per row (32 lanes x 1 to 32 keys: the keys that
+// reach the top-k-th largest lane maximum ranked, or, with more than 64 of them or a top-k above
+// 32, rounds over every key) and wider tables with a CTA per row; rows from 1 visible block to
+// 1020, scores ascending and descending (the kept blocks at either end of a lane's keys), all
+// tied (decided by block id) and lane-skewed (33-64 candidates at 200 columns, the rounds at
+// 1024), with and without init and local blocks, top-16 and (at 100 columns) top-40.
 TEST(IndexTopk, PrefillSelectOverWidthsAndScoreOrders) {
   MSA_REQUIRE_TEST_DEVICE();
-  for (ScoreOrder order : {ScoreOrder::kAscending, ScoreOrder::kDescending, ScoreOrder::kEqual}) {
+  for (ScoreOrder order : {ScoreOrder::kAscending, ScoreOrder::kDescending, ScoreOrder::kEqual,
+                           ScoreOrder::kLaneSkewed}) {
     for (int64_t cols :
          {int64_t{0}, int64_t{40}, int64_t{100}, int64_t{200}, int64_t{1024}, int64_t{1025}}) {
       BatchSpec s;
@@ -537,9 +544,14 @@ TEST(IndexTopk, PrefillSelectOverWidthsAndScoreOrders) {
       s.table_cols = cols;
       s.params.init_blocks = cols == 40 ? 2 : 0;
       s.params.local_blocks = cols == 40 ? 3 : 1;
-      // A prompt from its first row (1 to 10 visible blocks), a chunk at ~1020 blocks when the
-      // table is that wide, and a request with no rows.
-      s.seq_lens = {1200, wide ? 130560 - 40 : 4000, 900};
+      if (cols == 100) {
+        s.params.topk = 40;
+        s.width = 48;
+      }
+      // A prompt from its first row (1 to 10 visible blocks), a chunk at 32 blocks, or near the
+      // table's width from 100 columns (~1020 blocks when it is that wide), and a request with no
+      // rows.
+      s.seq_lens = {1200, wide ? 130560 - 40 : cols >= 100 ? 128 * cols - 600 : 4000, 900};
       s.q_lens = {1200, 16, 0};
       s.pad_rows = 2;
       s.seed = 500 + static_cast<uint64_t>(cols);

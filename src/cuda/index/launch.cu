@@ -134,15 +134,16 @@ __global__ void __launch_bounds__(kSelectThreads)
   select_row_topk_by_rank(prm, blockIdx.x, blockIdx.y, sm);
 }
 
-// One warp per (row, head) item of a prefill call whose table has at most 32 * P columns
-// (kWarpSelectMaxBlocks); item i is row i % T of head i / T, so a CTA's warps read adjacent rows.
+// One warp per (row, head) of a prefill call whose table has at most 32 * P columns
+// (kWarpSelectMaxBlocks): row blockIdx.x * kSelectWarps + warp of head blockIdx.y, so a CTA's
+// warps read adjacent rows.
 template <int P>
 __global__ void __launch_bounds__(kSelectThreads)
     index_select_warp_kernel(const IndexSelectParams prm) {
-  const int64_t T = prm.rows.num_rows;
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * kSelectWarps + (threadIdx.x >> 5);
-  if (item >= T * prm.num_heads) return;
-  select_row_topk_warp<P>(prm, item % T, item / T);
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kSelectWarps + (threadIdx.x >> 5);
+  __shared__ uint64_t cand[kSelectWarps][kWarpCandidates];
+  if (row >= prm.rows.num_rows) return;
+  select_row_topk_warp<P>(prm, row, blockIdx.y, cand[threadIdx.x >> 5]);
 }
 
 // The warp select's instance for a table of max_blocks <= kWarpSelectMaxBlocks columns: the
@@ -410,10 +411,9 @@ Status launch_select(const IndexProblem& pb, const IndexSelectParams& sel, bool 
                                : keys == 8 ? index_select_kernel<8>
                                            : index_select_kernel<kSelectKeysPerThread>;
   const char* select_name = narrow ? "index_select_narrow_kernel" : "index_select_kernel";
-  const int64_t items = pb.num_rows() * pb.num_heads();
-  if (pb.query_len == 0 && pb.max_blocks() <= kWarpSelectMaxBlocks &&
-      items / kSelectWarps < 0x7FFFFFFF) {
-    grid = dim3(static_cast<unsigned>((items + kSelectWarps - 1) / kSelectWarps));
+  if (pb.query_len == 0 && pb.max_blocks() <= kWarpSelectMaxBlocks) {
+    grid = dim3(static_cast<unsigned>((pb.num_rows() + kSelectWarps - 1) / kSelectWarps),
+                static_cast<unsigned>(pb.num_heads()));
     select_kernel = warp_select_kernel(pb.max_blocks());
     select_name = "index_select_warp_kernel";
   }
@@ -538,7 +538,6 @@ IndexSelectParams make_select_params(const detail::IndexTopkProblem& pb, const R
   IndexSelectParams sel;
   sel.scores = scores;
   sel.rows = rows;
-  sel.num_heads = static_cast<int32_t>(pb.num_heads());
   sel.topk = pb.params.topk;
   sel.init_blocks = pb.params.init_blocks;
   sel.local_blocks = pb.params.local_blocks;

@@ -25,7 +25,6 @@ struct IndexSelectParams {
   int32_t* out;  // [H, >= T, out_cols]
   int64_t out_stride_head, out_stride_row, out_stride_col;
   int64_t out_cols;
-  int32_t num_heads;  // H (the warp select's items are T x H)
 };
 
 // In order of first use ("Kernel parameters" in common.cuh): what the prologue reads before its

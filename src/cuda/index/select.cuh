@@ -357,79 +357,125 @@ inline __device__ void select_row_topk_by_rank(const IndexSelectParams& prm, int
 // form, sized for one row per SM) spent most of the prefill index call ranking columns with
 // 256 threads (bench/IDEAS.md: the index stage at 16K was half the select).
 constexpr int kWarpSelectMaxBlocks = 1024;
-// Keys per lane up to which the warp select sorts each lane's keys before its rounds (an
-// odd-even transposition sort: P passes, cheap for few keys); more keys are rescanned per round.
-// Sorting measured faster with 4 keys per lane (bench/results, 22eb76a-h100-select-sorted);
-// 5-8 keys per lane are untried, so they rescan.
-constexpr int kWarpSelectSortedKeys = 4;
+// Candidate slots per warp for the warp select (warp_kth_by_candidates): unordered scores bring
+// about 20 keys to its bound at top-16 (about 1.3 x kept at 4-32 keys per lane), scores ordered by
+// block id exactly kept; rows with more candidates take the rounds over every key.
+constexpr int kWarpCandidates = 64;
+
+// The kept-th largest of the warp's keys (keys[] per lane, 0: absent; distinct), for 1 <= kept
+// <= 32 and at least kept lanes holding a key, or 0 when more than kWarpCandidates keys reach the
+// bound below. The kept-th largest lane maximum is a lower bound (kept lanes hold a key at or
+// above it); the keys that reach it are gathered in `cand` (the warp's kWarpCandidates slots in
+// shared memory) in ascending (i, lane) order, *n of them, and ranked by counting the larger
+// ones: kept warp maxima over one value per lane plus a rank over about 1.3 x kept candidates,
+// instead of kept rounds that each rescan a lane's P keys (issue-bound at 16-32 keys per lane).
+template <int P>
+__device__ uint64_t warp_kth_by_candidates(const uint64_t (&keys)[P], int kept,
+                                           const uint64_t* cand, int* n_out) {
+  const int lane = threadIdx.x & 31;
+  uint64_t cur = keys[0];
+#pragma unroll
+  for (int i = 1; i < P; ++i) cur = keys[i] > cur ? keys[i] : cur;
+  uint64_t bound = 0;
+  for (int t = 0; t < kept; ++t) {
+    bound = warp_max_key(cur);
+    if (cur == bound) cur = 0;
+  }
+  const uint32_t below = (1u << lane) - 1u;
+  const auto base = static_cast<uint32_t>(__cvta_generic_to_shared(cand));
+  int n = 0;
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    const bool take = keys[i] >= bound;
+    const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, take);
+    const int slot = n + __popc(ballot & below);
+    st_shared_u64_if(take && slot < kWarpCandidates, base + 8u * static_cast<uint32_t>(slot),
+                     keys[i]);
+    n += __popc(ballot);
+  }
+  *n_out = n;
+  if (n > kWarpCandidates) return 0;
+  if (n == kept) return bound;  // the bound is a key, and the smallest of the kept ones
+  __syncwarp();
+  uint64_t found = 0;
+  for (int j = lane; j < n; j += 32) {
+    const uint64_t c = cand[j];
+    int above = 0;
+#pragma unroll 4
+    for (int k = 0; k < n; ++k) above += cand[k] > c ? 1 : 0;
+    if (above == kept - 1) found = c;
+  }
+  return warp_max_key(found);  // exactly one candidate has kept - 1 above it
+}
+
+// The block id of a selection key (its low 30 bits hold 0x3FFFFFFF - id).
+__device__ __forceinline__ int32_t selection_key_block(uint64_t key) {
+  return static_cast<int32_t>(0x3FFFFFFFu - (static_cast<uint32_t>(key) & 0x3FFFFFFFu));
+}
 
 // The kept blocks of one (row, head) of a prefill table of at most 32 * P columns, written in
 // ascending id order with -1 padding, by the calling warp alone. Lane l holds columns l + 32 i:
-// the score loads are coalesced and ascending (i, lane) is ascending id order for the output.
-// The kept-th largest key comes from kept rounds of a warp max over each lane's largest key not
-// yet taken (keys are distinct, so each round takes exactly one key); the same keys and total
-// order as the CTA selects (spec A3), hence the same output.
+// the score loads are coalesced and ascending (i, lane) is ascending id order. The kept-th
+// largest key comes from warp_kth_by_candidates, whose candidates in ascending id order hold the
+// kept blocks; where that does not apply (kept > 32, or too many candidates) from kept rounds of
+// a warp max over each lane's largest key not yet taken (keys are distinct, so each round takes
+// exactly one key), and the kept blocks from a pass over every key. The same keys and total order
+// as the CTA selects (spec A3), hence the same output. `cand`: the warp's kWarpCandidates slots
+// in shared memory.
 template <int P>
-__device__ void select_row_topk_warp(const IndexSelectParams& prm, int64_t row, int64_t h) {
+__device__ void select_row_topk_warp(const IndexSelectParams& prm, int64_t row, int64_t h,
+                                     uint64_t* cand) {
   const int lane = threadIdx.x & 31;
   const int64_t T = prm.rows.num_rows;
   const int64_t max_blocks = prm.rows.max_blocks;
   // The row's request comes from this call's inputs, which the stream finished writing before
   // the score kernel started: resolved before the wait, so only the score loads follow it.
   const RowInfo info = resolve_row(prm.rows, row, nullptr);
-  const int64_t nvb =
-      min(visible_blocks(info, info.pos_base + row, prm.rows.block_size), max_blocks);
+  // Below 32 * P <= kWarpSelectMaxBlocks, so 32-bit column arithmetic holds.
+  const auto nvb = static_cast<int32_t>(
+      min(visible_blocks(info, info.pos_base + row, prm.rows.block_size), max_blocks));
   wait_for_prior_grid();  // the scores come from the score kernel
-  const float* scores = prm.scores + (h * T + row) * max_blocks;
+  const float* scores = prm.scores + (h * T + row) * max_blocks + lane;
   float raw[P];
 #pragma unroll
-  for (int i = 0; i < P; ++i) {
-    const int64_t col = lane + 32 * i;
-    raw[i] = col < nvb ? __ldcg(scores + col) : 0.0f;
-  }
-  const int64_t kept = min(static_cast<int64_t>(prm.topk), nvb);
-  const int32_t local_start = static_cast<int32_t>(nvb) - prm.local_blocks;
+  for (int i = 0; i < P; ++i) raw[i] = lane + 32 * i < nvb ? __ldcg(scores + 32 * i) : 0.0f;
+  const int32_t kept = min(prm.topk, nvb);
+  const int32_t local_start = nvb - prm.local_blocks;
   uint64_t keys[P];  // 0: not visible (a visible block's key is never 0: its id bits are not)
 #pragma unroll
   for (int i = 0; i < P; ++i) {
     const int32_t col = lane + 32 * i;
-    keys[i] = col < nvb ? selection_key(raw[i], col, prm.init_blocks, local_start) : 0;
-  }
-  uint64_t threshold = 1;  // every visible key
-  if (nvb > kept) {
-    if constexpr (P <= kWarpSelectSortedKeys) {
-      // The lane's keys sorted once, descending: a round's owner then shifts its list by one
-      // instead of rescanning it for the largest key below the round's maximum.
-      uint64_t sorted[P];
-#pragma unroll
-      for (int i = 0; i < P; ++i) sorted[i] = keys[i];
-#pragma unroll
-      for (int pass = 0; pass < P; ++pass) {
-#pragma unroll
-        for (int i = pass & 1; i + 1 < P; i += 2) {
-          const uint64_t a = sorted[i], b = sorted[i + 1];
-          sorted[i] = a > b ? a : b;
-          sorted[i + 1] = a > b ? b : a;
-        }
-      }
-      for (int64_t t = 0; t < kept; ++t) {
-        threshold = warp_max_key(sorted[0]);
-        if (sorted[0] == threshold) {
-#pragma unroll
-          for (int i = 0; i + 1 < P; ++i) sorted[i] = sorted[i + 1];
-          sorted[P - 1] = 0;
-        }
-      }
-    } else {
-      uint64_t cur = largest_below(keys, ~0ull);
-      for (int64_t t = 0; t < kept; ++t) {
-        threshold = warp_max_key(cur);
-        if (cur == threshold) cur = largest_below(keys, threshold);
-      }
-    }
+    const uint64_t key = selection_key(raw[i], col, prm.init_blocks, local_start);
+    keys[i] = col < nvb ? key : 0;
   }
   int32_t* out = prm.out + h * prm.out_stride_head + row * prm.out_stride_row;
   const uint32_t below = (1u << lane) - 1u;
+  uint64_t threshold = 1;  // every visible key
+  if (nvb > kept) {
+    // nvb > kept lanes' worth of keys: min(nvb, 32) >= kept lanes hold one when kept <= 32.
+    int n = 0;
+    threshold = kept <= 32 ? warp_kth_by_candidates(keys, kept, cand, &n) : 0;
+    if (threshold != 0) {
+      int base = 0;
+      for (int j0 = 0; j0 < n; j0 += 32) {
+        const int j = j0 + lane;
+        const uint64_t c = j < n ? cand[j] : 0;
+        const bool keep = c >= threshold;  // false for 0 (threshold >= 1)
+        const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, keep);
+        if (keep)
+          out[(base + __popc(ballot & below)) * prm.out_stride_col] = selection_key_block(c);
+        base += __popc(ballot);
+      }
+      for (int64_t c = kept + lane; c < prm.out_cols; c += 32) out[c * prm.out_stride_col] = -1;
+      __syncwarp();  // the candidate slots are free again once every lane has read them
+      return;
+    }
+    uint64_t cur = largest_below(keys, ~0ull);
+    for (int t = 0; t < kept; ++t) {
+      threshold = warp_max_key(cur);
+      if (cur == threshold) cur = largest_below(keys, threshold);
+    }
+  }
   int64_t base = 0;
 #pragma unroll
   for (int i = 0; i < P; ++i) {
