@@ -719,8 +719,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
                                   const __grid_constant__ CUtensorMap v_map, const AttnParams p) {
   static_assert(kE4M3 || !kTokenScales, "per-token-head scales come with e4m3 caches");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  uint8_t* smem =
-      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint8_t* smem = sm90::align_dynamic_smem(smem_raw);
   uint8_t* sQ = smem;
   uint8_t* sK = sQ + kAttnRows * kAttnDim * 2;
   constexpr int kStages = attn_stages(kSparse);

@@ -174,8 +174,7 @@ __global__ void __launch_bounds__(kIndexThreads, 1)
                              const IndexScoreParams p) {
   using Cfg = IndexScoreConfig<kFp8>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  uint8_t* smem =
-      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint8_t* smem = sm90::align_dynamic_smem(smem_raw);
   uint8_t* sQ = smem;
   uint8_t* sK = smem + Cfg::kQBytes;
   uint8_t* sStaged = sK + Cfg::kStages * Cfg::kTileBytes;

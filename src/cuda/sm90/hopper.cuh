@@ -45,6 +45,15 @@ constexpr int kSwizzleAtomBytes = 1024;  // 8 rows of 128 bytes
 
 using cuda::smem_addr;
 
+// The dynamic shared memory `raw` advanced to the next kSwizzleAtomBytes boundary (what 128-byte
+// swizzled tiles need), by pointer arithmetic on the __shared__ array itself: a pointer rebuilt
+// from a rounded integer loses its address space, and every access through it compiles to a
+// generic LD/ST with a 64-bit address instead of LDS/STS.
+__device__ __forceinline__ uint8_t* align_dynamic_smem(uint8_t* raw) {
+  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(raw));
+  return raw + ((kSwizzleAtomBytes - (a & (kSwizzleAtomBytes - 1u))) & (kSwizzleAtomBytes - 1u));
+}
+
 // Byte offset of the 16-byte chunk `chunk` (0..7) of row `row` in a swizzled panel.
 __device__ __forceinline__ uint32_t swizzled_chunk(uint32_t row, uint32_t chunk) {
   return row * kPanelRowBytes + ((chunk ^ (row & 7u)) << 4);
