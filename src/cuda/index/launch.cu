@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kSelectThreads)
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kSelectWarps + (threadIdx.x >> 5);
   __shared__ uint64_t cand[kSelectWarps][kWarpCandidates];
   if (row >= prm.rows.num_rows) return;
-  select_row_topk_warp_fit<P>(prm, row, blockIdx.y, cand[threadIdx.x >> 5]);
+  select_row_topk_warp<P>(prm, row, blockIdx.y, cand[threadIdx.x >> 5]);
 }
 
 // The warp select's instance for a table of max_blocks <= kWarpSelectMaxBlocks columns: the

@@ -413,20 +413,29 @@ __device__ __forceinline__ int32_t selection_key_block(uint64_t key) {
   return static_cast<int32_t>(0x3FFFFFFFu - (static_cast<uint32_t>(key) & 0x3FFFFFFFu));
 }
 
-// The kept blocks of one (row, head) of a prefill table, whose nvb visible blocks number at most
-// 32 * P, written in ascending id order with -1 padding, by the calling warp alone (after the
-// scores are complete). Lane l holds columns l + 32 i: the score loads are coalesced and
-// ascending (i, lane) is ascending id order. The kept-th largest key comes from
-// warp_kth_by_candidates, whose candidates in ascending id order hold the kept blocks; where that
-// does not apply (kept > 32, or too many candidates) from kept rounds of a warp max over each
-// lane's largest key not yet taken (keys are distinct, so each round takes exactly one key), and
-// the kept blocks from a pass over every key. The same keys and total order as the CTA selects
-// (spec A3), hence the same output. `cand`: the warp's kWarpCandidates slots in shared memory.
+// The kept blocks of one (row, head) of a prefill table of at most 32 * P columns, written in
+// ascending id order with -1 padding, by the calling warp alone. Lane l holds columns l + 32 i:
+// the score loads are coalesced and ascending (i, lane) is ascending id order. The kept-th
+// largest key comes from warp_kth_by_candidates, whose candidates in ascending id order hold the
+// kept blocks; where that does not apply (kept > 32, or too many candidates) from kept rounds of
+// a warp max over each lane's largest key not yet taken (keys are distinct, so each round takes
+// exactly one key), and the kept blocks from a pass over every key. The same keys and total order
+// as the CTA selects (spec A3), hence the same output. `cand`: the warp's kWarpCandidates slots
+// in shared memory.
 template <int P>
 __device__ void select_row_topk_warp(const IndexSelectParams& prm, int64_t row, int64_t h,
-                                     int32_t nvb, uint64_t* cand) {
+                                     uint64_t* cand) {
   const int lane = threadIdx.x & 31;
-  const float* scores = prm.scores + (h * prm.rows.num_rows + row) * prm.rows.max_blocks + lane;
+  const int64_t T = prm.rows.num_rows;
+  const int64_t max_blocks = prm.rows.max_blocks;
+  // The row's request comes from this call's inputs, which the stream finished writing before
+  // the score kernel started: resolved before the wait, so only the score loads follow it.
+  const RowInfo info = resolve_row(prm.rows, row, nullptr);
+  // Below 32 * P <= kWarpSelectMaxBlocks, so 32-bit column arithmetic holds.
+  const auto nvb = static_cast<int32_t>(
+      min(visible_blocks(info, info.pos_base + row, prm.rows.block_size), max_blocks));
+  wait_for_prior_grid();  // the scores come from the score kernel
+  const float* scores = prm.scores + (h * T + row) * max_blocks + lane;
   float raw[P];
 #pragma unroll
   for (int i = 0; i < P; ++i) raw[i] = lane + 32 * i < nvb ? __ldcg(scores + 32 * i) : 0.0f;
@@ -478,36 +487,6 @@ __device__ void select_row_topk_warp(const IndexSelectParams& prm, int64_t row, 
   for (int64_t c = kept + lane; c < prm.out_cols; c += 32) out[c * prm.out_stride_col] = -1;
 }
 
-// select_row_topk_warp_fit's choice: P halved while the row's visible blocks still fit.
-template <int P>
-__device__ void select_row_topk_warp_sized(const IndexSelectParams& prm, int64_t row, int64_t h,
-                                           int32_t nvb, uint64_t* cand) {
-  if constexpr (P > 1) {
-    if (nvb <= 16 * P) {
-      select_row_topk_warp_sized<P / 2>(prm, row, h, nvb, cand);
-      return;
-    }
-  }
-  select_row_topk_warp<P>(prm, row, h, nvb, cand);
-}
-
-// select_row_topk_warp for a row of a table of at most 32 * P columns, by the instance with the
-// fewest keys per lane that holds the row's visible blocks: a prompt's rows see from one block to
-// the whole table, and each instance's loops run over all its keys (at 128K, 32 keys per lane for
-// the last rows, 1-16 for the first half). The choice is warp-uniform.
-template <int P>
-__device__ void select_row_topk_warp_fit(const IndexSelectParams& prm, int64_t row, int64_t h,
-                                         uint64_t* cand) {
-  // The row's request comes from this call's inputs, which the stream finished writing before
-  // the score kernel started: resolved before the wait, so only the score loads follow it.
-  const RowInfo info = resolve_row(prm.rows, row, nullptr);
-  // At most 32 * P <= kWarpSelectMaxBlocks, so 32-bit column arithmetic holds.
-  const auto nvb = static_cast<int32_t>(
-      min(visible_blocks(info, info.pos_base + row, prm.rows.block_size), prm.rows.max_blocks));
-  wait_for_prior_grid();  // the scores come from the score kernel
-  select_row_topk_warp_sized<P>(prm, row, h, nvb, cand);
-}
-
 // Wide tables (more than kSelectThreads columns, keys in registers; requires nvb > kept): a
 // lower bound on the kept-th largest key, then the rank count on the candidate set of keys that
 // reach it (select_candidates). The bound comes first from the warps' tops (warp_tops_threshold)
@@ -554,9 +533,9 @@ __device__ bool select_wide_by_candidates(const IndexSelectParams& prm, int64_t 
 // (read once, into registers, bypassing L1) do not wait for the row's sequence length: both are
 // one round trip. Scores past the visible blocks are loaded and ignored (the workspace holds
 // max_blocks per row). A radix pass costs two CTA barriers. kKeys (at most kSelectKeysPerThread)
-// is the register array a thread keeps its keys in: the launcher picks the smallest that holds
-// the table's keys per thread (select_keys_per_thread), since the loads and key loops run over
-// all kKeys slots, used or not.
+// is the register array a thread keeps its keys in: the launcher picks the smallest that holds the
+// table's keys per thread (select_keys_per_thread), since the loads and key loops run over all
+// kKeys slots, used or not.
 template <int kKeys>
 __device__ void select_row_topk(const IndexSelectParams& prm, int64_t row, int64_t h,
                                 SelectSmem& sm) {
