@@ -393,10 +393,10 @@ __device__ uint64_t warp_kth_by_candidates(const uint64_t (&keys)[P], int kept,
                      keys[i]);
     n += __popc(ballot);
   }
+  __syncwarp();  // every lane's candidates are written before any lane reads them
   *n_out = n;
   if (n > kWarpCandidates) return 0;
   if (n == kept) return bound;  // the bound is a key, and the smallest of the kept ones
-  __syncwarp();
   uint64_t found = 0;
   for (int j = lane; j < n; j += 32) {
     const uint64_t c = cand[j];
