@@ -72,7 +72,7 @@ Status launch_scores(const IndexProblem& pb, const IndexScoreParams& prm, dim3 g
     return Status(StatusCode::kCudaError,
                   std::string("index_scores_sm90_kernel: shared memory: ") + cudaGetErrorString(e));
   }
-  return launch_kernel("index_scores_sm90_kernel", kernel, grid, dim3(kIndexThreads),
+  return launch_kernel("index_scores_sm90_kernel", kernel, grid, dim3(Cfg::kThreads),
                        Cfg::kSmemBytes, stream, map, prm);
 }
 

@@ -5,11 +5,13 @@
 //
 // One CTA = one query tile (128 rows: 128 / H consecutive tokens of one request, aligned so that
 // they share their own block; prefill/tiles.cuh) x one chunk of up to `pages_per_cta` blocks.
-// Three warpgroups. Warpgroup 0 fills a ring of kStages 16-bit key tiles (one 128 x 128 tile per
-// block, page ids from the index block table): bf16 keys by bulk tensor copies straight into the
-// ring; e4m3 keys by bulk tensor copies into two staging buffers, which its 128 threads convert
-// exactly to f16 into the ring. Warpgroups 1 and 2 own rows 0-63 and 64-127, hold their queries
-// in shared memory (e4m3 queries converted to f16 likewise), and for each block run the
+// Producer warpgroups fill a ring of kStages 16-bit key tiles (one 128 x 128 tile per block, page
+// ids from the index block table): for bf16 keys one warpgroup, by bulk tensor copies straight
+// into the ring; for e4m3 keys two, each taking every other block by bulk tensor copies into two
+// staging buffers of its own, which its 128 threads convert exactly to f16 into the ring (with
+// one warpgroup converting, the consumers waited for it). The two consumer warpgroups own rows
+// 0-63 and 64-127, hold their queries in shared memory (e4m3 queries converted to f16 likewise),
+// and for each block run the
 // 64 x 128 x 128 product (wgmma, bf16 or f16 operands, fp32 accumulation) into one of two
 // accumulator sets, so the product of block i + 1 runs on the tensor cores while the block maxima
 // of block i are reduced (a max over each thread's 32 values of a row, then over the row's four
@@ -40,7 +42,6 @@ namespace prefill {
 constexpr int kIndexRows = 128;  // rows per tile
 constexpr int kIndexDim = 128;   // index head dim
 constexpr int kIndexKeys = 128;  // keys per block
-constexpr int kIndexThreads = 384;
 
 template <bool kFp8>
 struct IndexScoreConfig {
@@ -48,9 +49,15 @@ struct IndexScoreConfig {
   static constexpr int kTileBytes = kIndexKeys * kIndexDim * 2;  // one block's 16-bit keys
   static constexpr int kStagedBytes = kIndexKeys * kIndexDim;    // one block's e4m3 keys
   static constexpr int kQBytes = kIndexRows * kIndexDim * 2;
-  static constexpr int kStages = 4;
-  static constexpr int kStaged = kFp8 ? 2 : 0;  // e4m3 staging buffers
-  static constexpr int kMaxPages = 64;          // pages_per_cta upper bound
+  static constexpr int kStages = 4;  // even: ring stage i % kStages holds blocks of one producer
+  static constexpr int kProducers = kFp8 ? 2 : 1;  // producer warpgroups
+  static constexpr int kThreads = 128 * (kProducers + 2);
+  static constexpr int kStaged = kFp8 ? 2 * kProducers : 0;  // e4m3: two staging buffers each
+  // Registers after setmaxnreg: producers 40, consumers what the 64K-register file leaves.
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = kFp8 ? 216 : 232;
+  static_assert(kProducers * kProducerRegs + 2 * kConsumerRegs <= 512, "register file");
+  static constexpr int kMaxPages = 64;  // pages_per_cta upper bound
   static constexpr int kSmemBytes = kQBytes + kStages * kTileBytes + kStaged * kStagedBytes +
                                     1024 /* barriers, pages */ + 1024 /* alignment slack */;
 };
@@ -74,7 +81,7 @@ struct IndexScoreParams {
 struct IndexSmem {
   uint64_t full[4];
   uint64_t empty[4];
-  uint64_t staged[2];  // e4m3: a staging buffer's bulk copy landed
+  uint64_t staged[4];  // e4m3: a staging buffer's bulk copy landed
   int32_t pages[64];
 };
 
@@ -169,7 +176,7 @@ __device__ __forceinline__ void issue_block_mma(uint32_t q_addr, uint32_t k_addr
 }
 
 template <bool kFp8>
-__global__ void __launch_bounds__(kIndexThreads, 1)
+__global__ void __launch_bounds__(IndexScoreConfig<kFp8>::kThreads, 1)
     index_scores_sm90_kernel(const __grid_constant__ CUtensorMap key_map,
                              const IndexScoreParams p) {
   using Cfg = IndexScoreConfig<kFp8>;
@@ -206,7 +213,7 @@ __global__ void __launch_bounds__(kIndexThreads, 1)
     for (int s = 0; s < Cfg::kStaged; ++s) sm90::barrier_init(&ss->staged[s], 1);
     sm90::barrier_init_fence();
   }
-  if (wg == 0) {
+  if (wg == 0) {  // a producer
     for (int i = tid; i < npages; i += 128) {
       const int32_t page =
           p.block_table[tile.req * p.bt_stride_req + (b_begin + i) * p.bt_stride_block];
@@ -214,14 +221,14 @@ __global__ void __launch_bounds__(kIndexThreads, 1)
       if (!ok) raise_error(p.error_flags, kDeviceErrorBlockId);
       ss->pages[i] = ok ? page : -1;
     }
-  } else {
-    // Queries of this warpgroup's 64 rows into the swizzled 16-bit tile (zeros for rows outside
-    // the tile's tokens; e4m3 converted to f16).
+  } else if (wg >= Cfg::kProducers) {
+    // Queries of this consumer warpgroup's 64 rows into the swizzled 16-bit tile (zeros for rows
+    // outside the tile's tokens; e4m3 converted to f16).
     const int t = tid - 128 * wg;
     const int H = p.num_heads;
     constexpr int kChunks = kIndexDim * Cfg::kElemBytes / 16;  // 16-byte chunks per stored row
     for (int c = t; c < 64 * kChunks; c += 128) {
-      const int r = 64 * (wg - 1) + c / kChunks, chunk = c % kChunks;
+      const int r = 64 * (wg - Cfg::kProducers) + c / kChunks, chunk = c % kChunks;
       const int64_t pos = tile.win_pos + r / H;
       uint4 v = make_uint4(0, 0, 0, 0);
       if (pos >= tile.lo && pos < tile.hi) {
@@ -242,38 +249,43 @@ __global__ void __launch_bounds__(kIndexThreads, 1)
   }
   __syncthreads();
 
-  if (wg == 0) {
-    sm90::regs_dealloc<40>();
+  if (wg < Cfg::kProducers) {
+    sm90::regs_dealloc<Cfg::kProducerRegs>();
     if constexpr (kFp8) {
-      // Staging buffer i % 2 takes block i's e4m3 keys; block i + 2's copy is issued once every
-      // producer thread has converted block i out of it. A dropped page (< 0) copies nothing:
-      // its arrival completes the phase, and its scores are written as -inf.
+      // Producer wg takes blocks i = wg, wg + 2, ...: its staging buffer 2 wg + (i / 2) % 2 takes
+      // block i's e4m3 keys, and block i + 4's copy is issued once its 128 threads have converted
+      // block i out of it. The ring stage i % kStages (kStages even) only ever holds this
+      // producer's blocks. A dropped page (< 0) copies nothing: its arrival completes the phase,
+      // and its scores are written as -inf.
+      const int t = tid - 128 * wg;
+      auto staging = [&](int i) { return 2 * wg + (i / 2) % 2; };
       auto stage_copy = [&](int i) {
-        uint64_t* bar = &ss->staged[i % 2];
+        uint64_t* bar = &ss->staged[staging(i)];
         const int32_t page = ss->pages[i];
         if (page < 0) {
           sm90::barrier_arrive(bar);
           return;
         }
         sm90::barrier_expect_tx(bar, Cfg::kStagedBytes);
-        sm90::tma_load_3d(&key_map, bar, sStaged + (i % 2) * Cfg::kStagedBytes, 0, 0, page);
+        sm90::tma_load_3d(&key_map, bar, sStaged + staging(i) * Cfg::kStagedBytes, 0, 0, page);
       };
-      if (tid == 0) {
+      if (t == 0) {
         sm90::tma_prefetch_map(&key_map);
-        for (int i = 0; i < min(npages, 2); ++i) stage_copy(i);
+        for (int i = wg; i < min(npages, wg + 4); i += 2) stage_copy(i);
       }
-      for (int i = 0; i < npages; ++i) {
+      for (int i = wg; i < npages; i += 2) {
         const int s = i % Cfg::kStages;
         if (i >= Cfg::kStages) sm90::barrier_wait(&ss->empty[s], ((i / Cfg::kStages) - 1) & 1);
-        sm90::barrier_wait(&ss->staged[i % 2], (i / 2) & 1);
+        sm90::barrier_wait(&ss->staged[staging(i)], (i / 4) & 1);
         if (ss->pages[i] >= 0) {
-          convert_staged_keys(sStaged + (i % 2) * Cfg::kStagedBytes, sK + s * Cfg::kTileBytes, tid);
+          convert_staged_keys(sStaged + staging(i) * Cfg::kStagedBytes, sK + s * Cfg::kTileBytes,
+                              t);
         }
-        sm90::fence_async_shared();  // the f16 tile, before the consumers' wgmma reads it
-        sm90::named_sync(1, 128);    // every producer thread is done with staging buffer i % 2
-        if (tid == 0) {
+        sm90::fence_async_shared();     // the f16 tile, before the consumers' wgmma reads it
+        sm90::named_sync(1 + wg, 128);  // this producer's threads are done with the buffer
+        if (t == 0) {
           sm90::barrier_arrive(&ss->full[s]);
-          if (i + 2 < npages) stage_copy(i + 2);
+          if (i + 4 < npages) stage_copy(i + 4);
         }
       }
     } else if (tid == 0) {
@@ -295,13 +307,14 @@ __global__ void __launch_bounds__(kIndexThreads, 1)
     return;
   }
 
-  sm90::regs_alloc<232>();
+  sm90::regs_alloc<Cfg::kConsumerRegs>();
+  const int cw = wg - Cfg::kProducers;  // consumer warpgroup: rows 64 cw .. 64 cw + 63
   const int t = tid - 128 * wg;
   const int H = p.num_heads;
-  const uint32_t q_addr = sm90::smem_addr(sQ) + static_cast<uint32_t>(wg - 1) * 64u * 128u;
+  const uint32_t q_addr = sm90::smem_addr(sQ) + static_cast<uint32_t>(cw) * 64u * 128u;
   const uint32_t k_base = sm90::smem_addr(sK);
   // This thread's two rows: their positions, validity and score addresses.
-  const int r0 = 64 * (wg - 1) + sm90::acc_row(t, 0), r1 = r0 + 8;
+  const int r0 = 64 * cw + sm90::acc_row(t, 0), r1 = r0 + 8;
   const int64_t pos0 = tile.win_pos + r0 / H, pos1 = tile.win_pos + r1 / H;
   const bool live0 = pos0 >= tile.lo && pos0 < tile.hi;
   const bool live1 = pos1 >= tile.lo && pos1 < tile.hi;
