@@ -11,13 +11,13 @@
 // staging buffers of its own, which its 128 threads convert exactly to f16 into the ring (with
 // one warpgroup converting, the consumers waited for it). The two consumer warpgroups own rows
 // 0-63 and 64-127, hold their queries in shared memory (e4m3 queries converted to f16 likewise),
-// and for each block run the
-// 64 x 128 x 128 product (wgmma, bf16 or f16 operands, fp32 accumulation) into one of two
-// accumulator sets, so the product of block i + 1 runs on the tensor cores while the block maxima
-// of block i are reduced (a max over each thread's 32 values of a row, then over the row's four
-// threads) and stored. e4m3 operands go through f16 rather than fp8 wgmma because spec A2 asks
-// for fp32 accumulation of exactly up-converted operands, and fp8 wgmma's accumulator keeps
-// fewer bits (enough to exchange near-tied blocks of realistic scores).
+// and for each block run the 64 x 128 x 128 product (wgmma, bf16 or f16 operands, fp32
+// accumulation) into one of two accumulator sets, so the product of block i + 1 runs on the
+// tensor cores while the block maxima of block i are reduced (a max over each thread's 32 values
+// of a row, then over the row's four threads) and stored. e4m3 operands go through f16 rather
+// than fp8 wgmma because spec A2 asks for fp32 accumulation of exactly up-converted operands, and
+// fp8 wgmma's accumulator keeps fewer bits (enough to exchange near-tied blocks of realistic
+// scores).
 //
 // Blocks a row's top-k takes whatever their score (init blocks below init_blocks, and the own
 // block and those before it within local_blocks) are not scored: the select kernel ranks them by
