@@ -451,38 +451,39 @@ __device__ void select_row_topk_warp(const IndexSelectParams& prm, int64_t row, 
   int32_t* out = prm.out + h * prm.out_stride_head + row * prm.out_stride_row;
   const uint32_t below = (1u << lane) - 1u;
   uint64_t threshold = 1;  // every visible key
+  int n = 0;               // > 0: the kept blocks are the n candidates that reach threshold
   if (nvb > kept) {
     // nvb > kept lanes' worth of keys: min(nvb, 32) >= kept lanes hold one when kept <= 32.
-    int n = 0;
     threshold = kept <= 32 ? warp_kth_by_candidates(keys, kept, cand, &n) : 0;
-    if (threshold != 0) {
-      int base = 0;
-      for (int j0 = 0; j0 < n; j0 += 32) {
-        const int j = j0 + lane;
-        const uint64_t c = j < n ? cand[j] : 0;
-        const bool keep = c >= threshold;  // false for 0 (threshold >= 1)
-        const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, keep);
-        if (keep)
-          out[(base + __popc(ballot & below)) * prm.out_stride_col] = selection_key_block(c);
-        base += __popc(ballot);
+    if (threshold == 0) {
+      n = 0;
+      uint64_t cur = largest_below(keys, ~0ull);
+      for (int t = 0; t < kept; ++t) {
+        threshold = warp_max_key(cur);
+        if (cur == threshold) cur = largest_below(keys, threshold);
       }
-      for (int64_t c = kept + lane; c < prm.out_cols; c += 32) out[c * prm.out_stride_col] = -1;
-      __syncwarp();  // the candidate slots are free again once every lane has read them
-      return;
-    }
-    uint64_t cur = largest_below(keys, ~0ull);
-    for (int t = 0; t < kept; ++t) {
-      threshold = warp_max_key(cur);
-      if (cur == threshold) cur = largest_below(keys, threshold);
     }
   }
-  int64_t base = 0;
+  if (n > 0) {
+    int base = 0;
+    for (int j0 = 0; j0 < n; j0 += 32) {
+      const int j = j0 + lane;
+      const uint64_t c = j < n ? cand[j] : 0;
+      const bool keep = c >= threshold;  // false for 0 (threshold >= 1)
+      const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, keep);
+      if (keep) out[(base + __popc(ballot & below)) * prm.out_stride_col] = selection_key_block(c);
+      base += __popc(ballot);
+    }
+    __syncwarp();  // the candidate slots are free again once every lane has read them
+  } else {
+    int64_t base = 0;
 #pragma unroll
-  for (int i = 0; i < P; ++i) {
-    const bool keep = keys[i] >= threshold;  // false for 0 (threshold >= 1)
-    const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, keep);
-    if (keep) out[(base + __popc(ballot & below)) * prm.out_stride_col] = lane + 32 * i;
-    base += __popc(ballot);
+    for (int i = 0; i < P; ++i) {
+      const bool keep = keys[i] >= threshold;  // false for 0 (threshold >= 1)
+      const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, keep);
+      if (keep) out[(base + __popc(ballot & below)) * prm.out_stride_col] = lane + 32 * i;
+      base += __popc(ballot);
+    }
   }
   for (int64_t c = kept + lane; c < prm.out_cols; c += 32) out[c * prm.out_stride_col] = -1;
 }
