@@ -522,6 +522,81 @@ INSTANTIATE_TEST_SUITE_P(Cases, IndexTopkPrefillTensorCore,
                                   (c.dominant ? "_dominant" : "");
                          });
 
+// e4m3 prefill calls whose keys the CUDA backend converts once per call into an f16 copy
+// (num_requests * 8192 <= H * T; 32 index heads, 4 tokens a tile): three requests, two after
+// prefixes, keys padded past the head dim (the pad holds e4m3 NaN), drawn exact, dominant (which
+// fp8 wgmma would get wrong) and random, one page per block or blocks shared between requests.
+TEST(IndexTopk, PrefillE4m3KeyCopy) {
+  MSA_REQUIRE_TEST_DEVICE();
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    BatchSpec s;
+    s.q_dtype = s.k_dtype = DType::kE4M3;
+    s.heads = 32;
+    s.head_dim = 128;
+    s.query_len = 0;
+    s.key_pad = 16;
+    s.exact = variant != 2;
+    s.dominant = variant == 1;
+    s.page_pool = variant == 2 ? 9 : 0;
+    s.params.local_blocks = variant == 1 ? 0 : 1;
+    s.seq_lens = {700, 429, 900};
+    s.q_lens = {300, 300, 200};
+    s.pad_rows = 3;
+    s.seed = 1400 + static_cast<uint64_t>(variant);
+    run_and_check(s);
+  }
+}
+
+// workspace_size from capacities (docs/api.md): a workspace sized for T rows, R requests and MB
+// block-table columns serves every call within them, so the size may only grow with each of the
+// three (on CUDA it holds the block maxima, the tile plan and, for e4m3 keys, the per-call key
+// copy, whose use depends on R against H * T). Shapes only: the views point at no memory the op
+// reads.
+TEST(IndexTopk, PrefillWorkspaceGrowsWithCapacities) {
+  const Device dev = test_device();
+  auto* fake = reinterpret_cast<void*>(uintptr_t{1} << 20);
+  const std::vector<int64_t> rows = {1, 200, 256, 300, 1000, 8192, 20000};
+  const std::vector<int64_t> reqs = {1, 2, 3, 5, 64}, widths = {1, 8, 64, 1024};
+  for (DType dtype : {DType::kBF16, DType::kE4M3}) {
+    for (int64_t heads : {1, 32}) {
+      auto size_at = [&](size_t ti, size_t ri, size_t wi) {
+        const int64_t t = rows[ti], r = reqs[ri], mb = widths[wi];
+        IndexTopkPrefillArgs a;
+        a.index_q = make_tensor(fake, dtype, {t, heads, 128}, dev);
+        a.index_cache = make_tensor(fake, dtype, {16, 128, 128}, dev);
+        a.block_table = make_tensor(fake, DType::kI32, {r, mb}, dev);
+        a.cu_seqlens_q = make_tensor(fake, DType::kI32, {r + 1}, dev);
+        a.seq_lens = make_tensor(fake, DType::kI32, {r}, dev);
+        a.topk_out = make_tensor(fake, DType::kI32, {heads, t, 16}, dev);
+        size_t bytes = 0;
+        const Status st = workspace_size(a, &bytes);
+        EXPECT_TRUE(st.ok()) << st.to_string();
+        return bytes;
+      };
+      for (size_t ti = 0; ti < rows.size(); ++ti) {
+        for (size_t ri = 0; ri < reqs.size(); ++ri) {
+          for (size_t wi = 0; wi < widths.size(); ++wi) {
+            SCOPED_TRACE(std::string(dtype_name(dtype)) + ", H " + std::to_string(heads) + ", T " +
+                         std::to_string(rows[ti]) + ", R " + std::to_string(reqs[ri]) + ", MB " +
+                         std::to_string(widths[wi]));
+            const size_t here = size_at(ti, ri, wi);
+            if (ti + 1 < rows.size()) {
+              EXPECT_LE(here, size_at(ti + 1, ri, wi));
+            }
+            if (ri + 1 < reqs.size()) {
+              EXPECT_LE(here, size_at(ti, ri + 1, wi));
+            }
+            if (wi + 1 < widths.size()) {
+              EXPECT_LE(here, size_at(ti, ri, wi + 1));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Prefill selection over table widths and score orders: the CUDA backend selects prefill rows
 // of tables of up to 1024 columns with one warp per row (32 lanes x 1 to 32 keys: the keys that
 // reach the top-k-th largest lane maximum ranked, or, with more than 64 of them or a top-k above
@@ -1484,6 +1559,33 @@ TEST(IndexTopkBadInput, ValuesPrefill) {
   upload_all(b);
   Status st = run_batch(b, b.topk_out.view(), Stream());
   EXPECT_TRUE(st.ok()) << st.to_string();
+}
+
+// Page ids past the cache and negative in a prefill call that takes the CUDA scorer's per-call
+// e4m3 key copy (as PrefillE4m3KeyCopy): flagged, and the restored call runs clean.
+TEST(IndexTopkBadInput, ValuesPrefillE4m3KeyCopy) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec s;
+  s.q_dtype = s.k_dtype = DType::kE4M3;
+  s.heads = 32;
+  s.head_dim = 128;
+  s.query_len = 0;
+  s.seq_lens = {700, 429};
+  s.q_lens = {300, 300};
+  s.seed = 1410;
+  Batch b = make_batch(s, test_device());
+  const IndexTopkPrefillArgs a = prefill_args(b);
+  const double page = b.block_table.get({1, 2});
+  b.block_table.set({1, 2}, static_cast<double>(b.index_cache.shape()[0]));
+  expect_bad_value(b, a, kDeviceErrorBlockId, "block id >= num_blocks");
+  b.flags.set_flat(0, 0);
+  b.flags.upload();
+  b.block_table.set({1, 2}, -1);
+  expect_bad_value(b, a, kDeviceErrorBlockId, "negative block id");
+  b.block_table.set({1, 2}, page);
+  b.flags.set_flat(0, 0);
+  b.flags.upload();
+  run_and_check_rows(b);
 }
 
 }  // namespace

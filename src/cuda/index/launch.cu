@@ -63,13 +63,14 @@ using IndexProblem = detail::IndexTopkProblem;
 static_assert(detail::kIndexMaxBlocksPerCta == kMaxScoreBlocks,
               "the launch policy and the score kernels agree on blocks per CTA");
 
-// Block maxima [H, T, max_blocks] fp32, then (prefill) the tensor-core scorer's tile plan.
+// Block maxima [H, T, max_blocks] fp32, then (prefill) the tensor-core scorer's tile plan and
+// key copy.
 size_t scores_bytes(const IndexProblem& pb) {
   return detail::align_up(static_cast<size_t>(pb.num_heads() * pb.num_rows() * pb.max_blocks()) *
                           sizeof(float));
 }
 size_t workspace_bytes(const IndexProblem& pb) {
-  return scores_bytes(pb) + (pb.query_len == 0 ? prefill::index_scores_plan_bytes(pb) : 0);
+  return scores_bytes(pb) + (pb.query_len == 0 ? prefill::index_scores_workspace_bytes(pb) : 0);
 }
 
 int rows_per_tile(const IndexProblem& pb) {

@@ -5,25 +5,33 @@
 //
 // One CTA = one query tile (128 rows: 128 / H consecutive tokens of one request, aligned so that
 // they share their own block; prefill/tiles.cuh) x one chunk of up to `pages_per_cta` blocks.
-// Producer warpgroups fill a ring of kStages 16-bit key tiles (one 128 x 128 tile per block, page
-// ids from the index block table): for bf16 keys one warpgroup, by bulk tensor copies straight
-// into the ring; for e4m3 keys two, each taking every other block by bulk tensor copies into two
-// staging buffers of its own, which its 128 threads convert exactly to f16 into the ring (with
-// one warpgroup converting, the consumers waited for it). The two consumer warpgroups own rows
-// 0-63 and 64-127, hold their queries in shared memory (e4m3 queries converted to f16 likewise),
-// and for each block run the 64 x 128 x 128 product (wgmma, bf16 or f16 operands, fp32
-// accumulation) into one of two accumulator sets, so the product of block i + 1 runs on the
-// tensor cores while the block maxima of block i are reduced (a max over each thread's 32 values
-// of a row, then over the row's four threads) and stored. e4m3 operands go through f16 rather
-// than fp8 wgmma because spec A2 asks for fp32 accumulation of exactly up-converted operands, and
-// fp8 wgmma's accumulator keeps fewer bits (enough to exchange near-tied blocks of realistic
-// scores).
+// Producer warpgroups fill a ring of kStages 16-bit key tiles (one 128 x 128 tile per block),
+// by one of three key paths (IndexKeys):
+//   kBF16      bf16 keys, one producer warpgroup's bulk tensor copies straight into the ring;
+//   kE4M3      e4m3 keys converted per tile: two producer warpgroups, each taking every other
+//              block by bulk tensor copies into two staging buffers of its own, which its 128
+//              threads convert exactly to f16 into the ring (with one warpgroup converting, the
+//              consumers waited for it);
+//   kE4M3Copy  e4m3 keys converted once per call: copy_index_keys_f16_kernel writes every page
+//              of the call's requests exactly as f16 into a workspace copy ([request x block]
+//              pages), which the kBF16 producer copies into the ring. Every 128-row tile of a
+//              request reads the same pages, so a long prompt converts each page once instead
+//              of once per tile; the copy path is chosen by shape (index_keys_copy_bytes).
+// The ring's f16 tiles of both e4m3 paths are the same bits, and so are the products and scores.
+// The two consumer warpgroups own rows 0-63 and 64-127, hold their queries in shared memory (e4m3
+// queries converted to f16 likewise), and for each block run the 64 x 128 x 128 product (wgmma,
+// bf16 or f16 operands, fp32 accumulation) into one of two accumulator sets, so the product of
+// block i + 1 runs on the tensor cores while the block maxima of block i are reduced (a max over
+// each thread's 32 values of a row, then over the row's four threads) and stored. e4m3 operands
+// go through f16 rather than fp8 wgmma because spec A2 asks for fp32 accumulation of exactly
+// up-converted operands, and fp8 wgmma's accumulator keeps fewer bits (enough to exchange
+// near-tied blocks of realistic scores).
 //
 // Blocks a row's top-k takes whatever their score (init blocks below init_blocks, and the own
 // block and those before it within local_blocks) are not scored: the select kernel ranks them by
 // tier alone. Every other block of the tile's visible range is scored for every live row, so the
 // select kernel reads only written entries. A page id outside the cache raises
-// kDeviceErrorBlockId and the block scores -inf for the tile's rows.
+// kDeviceErrorBlockId and the block scores -inf for the tile's rows (the key copy skips it).
 #pragma once
 
 #include <cstdint>
@@ -43,19 +51,23 @@ constexpr int kIndexRows = 128;  // rows per tile
 constexpr int kIndexDim = 128;   // index head dim
 constexpr int kIndexKeys = 128;  // keys per block
 
-template <bool kFp8>
+enum class IndexKeys { kBF16, kE4M3, kE4M3Copy };
+
+template <IndexKeys kKeys>
 struct IndexScoreConfig {
-  static constexpr int kElemBytes = kFp8 ? 1 : 2;                // as stored in the cache
-  static constexpr int kTileBytes = kIndexKeys * kIndexDim * 2;  // one block's 16-bit keys
-  static constexpr int kStagedBytes = kIndexKeys * kIndexDim;    // one block's e4m3 keys
+  static constexpr bool kF16 = kKeys != IndexKeys::kBF16;         // e4m3 queries, f16 MMAs
+  static constexpr bool kStagedKeys = kKeys == IndexKeys::kE4M3;  // producers convert keys
+  static constexpr int kQElemBytes = kF16 ? 1 : 2;                // index_q as given
+  static constexpr int kTileBytes = kIndexKeys * kIndexDim * 2;   // one block's 16-bit keys
+  static constexpr int kStagedBytes = kIndexKeys * kIndexDim;     // one block's e4m3 keys
   static constexpr int kQBytes = kIndexRows * kIndexDim * 2;
   static constexpr int kStages = 4;  // even: ring stage i % kStages holds blocks of one producer
-  static constexpr int kProducers = kFp8 ? 2 : 1;  // producer warpgroups
+  static constexpr int kProducers = kStagedKeys ? 2 : 1;  // producer warpgroups
   static constexpr int kThreads = 128 * (kProducers + 2);
-  static constexpr int kStaged = kFp8 ? 2 * kProducers : 0;  // e4m3: two staging buffers each
+  static constexpr int kStaged = kStagedKeys ? 2 * kProducers : 0;  // two staging buffers each
   // Registers after setmaxnreg: producers 40, consumers what the 64K-register file leaves.
   static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = kFp8 ? 216 : 232;
+  static constexpr int kConsumerRegs = kStagedKeys ? 216 : 232;
   static_assert(kProducers * kProducerRegs + 2 * kConsumerRegs <= 512, "register file");
   static constexpr int kMaxPages = 64;  // pages_per_cta upper bound
   static constexpr int kSmemBytes = kQBytes + kStages * kTileBytes + kStaged * kStagedBytes +
@@ -76,6 +88,21 @@ struct IndexScoreParams {
   int32_t pages_per_cta;
   int32_t init_blocks, local_blocks;
   int32_t* error_flags;
+  // kE4M3Copy: the producer reads block b of request r at page r * max_blocks + b of the copy
+  // (its tensor map); the page id in the block table is still checked.
+  bool keys_copied;
+};
+
+// The per-call f16 copy of a prefill call's e4m3 index keys: page r * max_blocks + b holds block
+// b of request r (b below ceil(seq_len / 128)), 128 keys x 128 dims, row-major.
+struct IndexKeyCopyParams {
+  RowMap rows;
+  const uint8_t* cache;  // [num_blocks, 128, 128] e4m3, 16-byte aligned keys
+  int64_t cache_stride_page, cache_stride_key;
+  int64_t num_cache_blocks;
+  const int32_t* block_table;
+  int64_t bt_stride_req, bt_stride_block;
+  uint8_t* copy;  // [num_requests * max_blocks, 128, 128] f16
 };
 
 struct IndexSmem {
@@ -161,10 +188,10 @@ __device__ __forceinline__ void block_max_rows(const float (&acc)[64], int t, in
   m1 = fmaxf(m1, __shfl_xor_sync(0xFFFFFFFFu, m1, 2));
 }
 
-template <bool kFp8>
+template <bool kF16>
 __device__ __forceinline__ void issue_block_mma(uint32_t q_addr, uint32_t k_addr,
                                                 float (&acc)[64]) {
-  constexpr sm90::Mma16 kType = kFp8 ? sm90::Mma16::kF16 : sm90::Mma16::kBF16;
+  constexpr sm90::Mma16 kType = kF16 ? sm90::Mma16::kF16 : sm90::Mma16::kBF16;
   sm90::mma_begin();
 #pragma unroll
   for (int kk = 0; kk < kIndexDim / 16; ++kk) {
@@ -175,11 +202,46 @@ __device__ __forceinline__ void issue_block_mma(uint32_t q_addr, uint32_t k_addr
   sm90::mma_commit();
 }
 
-template <bool kFp8>
-__global__ void __launch_bounds__(IndexScoreConfig<kFp8>::kThreads, 1)
+// The key copy of kE4M3Copy (IndexKeyCopyParams): one CTA per page at a time, each thread
+// converting 16-byte chunks of keys exactly to f16. Blocks at or past a request's length and
+// page ids outside the cache are skipped (the scorer flags the latter and never reads the former).
+constexpr int kKeyCopyThreads = 256;
+
+__global__ void __launch_bounds__(kKeyCopyThreads)
+    copy_index_keys_f16_kernel(const IndexKeyCopyParams p) {
+  const int64_t mb = p.rows.max_blocks;
+  const int64_t units = static_cast<int64_t>(p.rows.num_requests) * mb;
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const int64_t req = u / mb, b = u - req * mb;
+    const int64_t len = p.rows.seq_lens[req * p.rows.seq_lens_stride];
+    if (b * kIndexKeys >= len) continue;
+    const int32_t page = p.block_table[req * p.bt_stride_req + b * p.bt_stride_block];
+    if (page < 0 || page >= p.num_cache_blocks) continue;
+    const uint8_t* src = p.cache + page * p.cache_stride_page;
+    uint8_t* dst = p.copy + u * (kIndexKeys * kIndexDim * 2);
+    for (int c = static_cast<int>(threadIdx.x); c < kIndexKeys * kIndexDim / 16;
+         c += kKeyCopyThreads) {
+      const int key = c / (kIndexDim / 16), chunk = c % (kIndexDim / 16);
+      const uint4 v = ld_raw_v4(src + key * p.cache_stride_key + chunk * 16);
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+      uint32_t h[8];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        h[2 * i] = e4m3x2_to_f16x2<false>(w[i]);
+        h[2 * i + 1] = e4m3x2_to_f16x2<true>(w[i]);
+      }
+      auto* out = reinterpret_cast<uint4*>(dst + key * (kIndexDim * 2) + chunk * 32);
+      out[0] = make_uint4(h[0], h[1], h[2], h[3]);
+      out[1] = make_uint4(h[4], h[5], h[6], h[7]);
+    }
+  }
+}
+
+template <IndexKeys kKeys>
+__global__ void __launch_bounds__(IndexScoreConfig<kKeys>::kThreads, 1)
     index_scores_sm90_kernel(const __grid_constant__ CUtensorMap key_map,
                              const IndexScoreParams p) {
-  using Cfg = IndexScoreConfig<kFp8>;
+  using Cfg = IndexScoreConfig<kKeys>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem = sm90::align_dynamic_smem(smem_raw);
   uint8_t* sQ = smem;
@@ -219,14 +281,15 @@ __global__ void __launch_bounds__(IndexScoreConfig<kFp8>::kThreads, 1)
           p.block_table[tile.req * p.bt_stride_req + (b_begin + i) * p.bt_stride_block];
       const bool ok = page >= 0 && page < p.num_cache_blocks;
       if (!ok) raise_error(p.error_flags, kDeviceErrorBlockId);
-      ss->pages[i] = ok ? page : -1;
+      const int64_t copied = static_cast<int64_t>(tile.req) * p.rows.max_blocks + b_begin + i;
+      ss->pages[i] = !ok ? -1 : p.keys_copied ? static_cast<int32_t>(copied) : page;
     }
   } else if (wg >= Cfg::kProducers) {
     // Queries of this consumer warpgroup's 64 rows into the swizzled 16-bit tile (zeros for rows
     // outside the tile's tokens; e4m3 converted to f16).
     const int t = tid - 128 * wg;
     const int H = p.num_heads;
-    constexpr int kChunks = kIndexDim * Cfg::kElemBytes / 16;  // 16-byte chunks per stored row
+    constexpr int kChunks = kIndexDim * Cfg::kQElemBytes / 16;  // 16-byte chunks per given row
     for (int c = t; c < 64 * kChunks; c += 128) {
       const int r = 64 * (wg - Cfg::kProducers) + c / kChunks, chunk = c % kChunks;
       const int64_t pos = tile.win_pos + r / H;
@@ -234,10 +297,10 @@ __global__ void __launch_bounds__(IndexScoreConfig<kFp8>::kThreads, 1)
       if (pos >= tile.lo && pos < tile.hi) {
         const int64_t row = tile.row0 + (pos - tile.start_pos);
         const auto* src = static_cast<const uint8_t*>(p.index_q) +
-                          (row * p.q_stride_row + (r % H) * p.q_stride_head) * Cfg::kElemBytes;
+                          (row * p.q_stride_row + (r % H) * p.q_stride_head) * Cfg::kQElemBytes;
         v = ld_raw_v4(src + chunk * 16);
       }
-      if constexpr (kFp8) {
+      if constexpr (Cfg::kF16) {
         store_e4m3x16_as_f16(sQ, kIndexRows, r, chunk, v);
       } else {
         const int panel = chunk / 8;
@@ -251,7 +314,7 @@ __global__ void __launch_bounds__(IndexScoreConfig<kFp8>::kThreads, 1)
 
   if (wg < Cfg::kProducers) {
     sm90::regs_dealloc<Cfg::kProducerRegs>();
-    if constexpr (kFp8) {
+    if constexpr (Cfg::kStagedKeys) {
       // Producer wg takes blocks i = wg, wg + 2, ...: its staging buffer 2 wg + (i / 2) % 2 takes
       // block i's e4m3 keys, and block i + 4's copy is issued once its 128 threads have converted
       // block i out of it. The ring stage i % kStages (kStages even) only ever holds this
@@ -351,7 +414,7 @@ __global__ void __launch_bounds__(IndexScoreConfig<kFp8>::kThreads, 1)
   // fence is a use: one right after the commit would make the compiler wait for the MMAs).
   auto issue = [&](float(&acc)[64], int i) {
     sm90::fence_acc(acc);
-    issue_block_mma<kFp8>(
+    issue_block_mma<Cfg::kF16>(
         q_addr, k_base + static_cast<uint32_t>((i % Cfg::kStages) * Cfg::kTileBytes), acc);
   };
 

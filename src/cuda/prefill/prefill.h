@@ -31,11 +31,19 @@ detail::PrefillChoice prefill_choice();
 // computes 128 rows; shorter requests waste most of it) unless the call is batch invariant.
 constexpr int64_t kIndexMinRowsPerRequest = 32;
 bool index_scores_supported(const detail::IndexTopkProblem& pb);
-// Workspace of the scorer beside the block-maxima buffer (its tile plan).
-size_t index_scores_plan_bytes(const detail::IndexTopkProblem& pb);
-// Writes the block maxima of every live prefill row into scores ([H, T, max_blocks]); `plan` is
-// index_scores_plan_bytes of workspace. The scorer's last kernel allows a dependent launch.
-Status run_index_scores(const detail::IndexTopkProblem& pb, float* scores, void* plan,
+// Workspace of the per-call f16 copy of the e4m3 index keys (index_scores.cuh, kE4M3Copy). A
+// prefill call with e4m3 queries and keys of head dim and block size 128 converts each key page
+// once into it when num_requests * 8192 <= H * T (the copy's 32 KB per request and block then
+// take no more than the block maxima's 4 bytes per row, head and block), so long prompts take it
+// and batches of short requests keep the per-tile conversion. Reserved for min(num_requests,
+// H * T / 8192) requests, which grows with every capacity (a workspace sized at capacity serves
+// every smaller call, docs/api.md); 0 for other calls.
+size_t index_keys_copy_bytes(const detail::IndexTopkProblem& pb);
+// Workspace of the scorer beside the block-maxima buffer: its tile plan, then the key copy.
+size_t index_scores_workspace_bytes(const detail::IndexTopkProblem& pb);
+// Writes the block maxima of every live prefill row into scores ([H, T, max_blocks]); `workspace`
+// holds index_scores_workspace_bytes. The scorer's last kernel allows a dependent launch.
+Status run_index_scores(const detail::IndexTopkProblem& pb, float* scores, void* workspace,
                         Stream stream);
 
 // ---- Attention (dense causal and sparse) ----
