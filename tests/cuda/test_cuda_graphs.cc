@@ -498,6 +498,19 @@ TEST(CudaGraphs, DenseAttentionPrefillTensorCore) {
   check_prefill_form(tensor_core_prefill_spec(attn::Form::kDense));
 }
 
+// Dense over an e4m3 cache with per-token-head scales and at least 1024 rows per request: the
+// pages are converted once per call into a bf16 copy inside the graph.
+TEST(CudaGraphs, DenseAttentionPrefillE4m3Copy) {
+  MSA_REQUIRE_TEST_DEVICE();
+  attn::BatchSpec s = tensor_core_prefill_spec(attn::Form::kDense);
+  s.seq_lens = {1600, 1100, 1500, 64};
+  s.query_lens = {1500, 1100, 1400, 64};
+  s.padding_rows = 40;
+  s.cache_dtype = DType::kE4M3;
+  s.scale_mode = KvScaleMode::kPerTokenHead;
+  check_prefill_form(s);
+}
+
 // Indexer inputs: index_q [rows, heads, 128] and a bf16 index cache behind a block table whose
 // every entry is valid, so seq_lens may change freely per variant.
 struct IndexBatch {
@@ -505,15 +518,17 @@ struct IndexBatch {
   TestTensor index_q, index_cache, block_table, seq_lens, cu, topk_out, flags;
 };
 
-std::unique_ptr<IndexBatch> make_index_batch(int64_t rows) {
+std::unique_ptr<IndexBatch> make_index_batch(int64_t rows, DType dtype = DType::kBF16,
+                                             int64_t heads = 2) {
   auto b = std::make_unique<IndexBatch>();
+  b->heads = heads;
   const Device dev = test_device();
   std::mt19937_64 rng(21);
   const int64_t nb = b->requests * b->max_blocks + 3;
-  b->index_q = TestTensor(DType::kBF16, {rows, b->heads, b->dim}, dev);
+  b->index_q = TestTensor(dtype, {rows, b->heads, b->dim}, dev);
   b->index_q.fill_uniform(rng, -1.0, 1.0);
   b->index_q.upload();
-  b->index_cache = TestTensor(DType::kBF16, {nb, b->block_size, b->dim}, dev);
+  b->index_cache = TestTensor(dtype, {nb, b->block_size, b->dim}, dev);
   b->index_cache.fill_uniform(rng, -1.0, 1.0);
   b->index_cache.upload();
   b->block_table = full_block_table(b->requests, b->max_blocks, nb, rng);
@@ -554,10 +569,9 @@ TEST(CudaGraphs, IndexTopkDecode) {
   EXPECT_EQ(b->flags.get_flat(0), 0.0);
 }
 
-TEST(CudaGraphs, IndexTopkPrefill) {
-  MSA_REQUIRE_TEST_DEVICE();
-  const int64_t rows = 24;
-  std::unique_ptr<IndexBatch> b = make_index_batch(rows);
+// Graph replay of prefill batches with q[v] rows and lengths seq[v] per request in variant v.
+void check_index_prefill_graph(IndexBatch* b, const std::vector<std::vector<int64_t>>& q,
+                               const std::vector<std::vector<int64_t>>& seq) {
   IndexTopkPrefillArgs a;
   a.index_q = b->index_q.view();
   a.index_cache = b->index_cache.view();
@@ -567,12 +581,8 @@ TEST(CudaGraphs, IndexTopkPrefill) {
   a.topk_out = b->topk_out.view();
   a.error_flags = b->flags.view();
   auto ws = make_workspace(a);
-  // Full, shrunken (empty requests, rows past cu_seqlens_q[B]) and regrown batches.
-  const std::vector<std::vector<int64_t>> q = {{6, 6, 6, 6}, {6, 3, 0, 0}, {1, 1, 1, 21}};
-  const std::vector<std::vector<int64_t>> seq = {
-      {600, 6, 1000, 130}, {600, 100, 50, 0}, {1152, 1, 500, 1152}};
   GraphCase c;
-  c.variants = 3;
+  c.variants = static_cast<int>(q.size());
   c.load = [&](int v) {
     std::vector<int64_t> cu = {0};
     for (int64_t n : q[static_cast<size_t>(v)]) cu.push_back(cu.back() + n);
@@ -588,6 +598,24 @@ TEST(CudaGraphs, IndexTopkPrefill) {
   c.outputs = {&b->topk_out, &b->flags};
   check_graph_replay(c);
   EXPECT_EQ(b->flags.get_flat(0), 0.0);
+}
+
+// e4m3 keys, 32 heads over 1100 rows: the tensor-core scorer converts the keys once per call
+// into its f16 copy inside the graph.
+TEST(CudaGraphs, IndexTopkPrefillE4m3KeyCopy) {
+  MSA_REQUIRE_TEST_DEVICE();
+  std::unique_ptr<IndexBatch> b = make_index_batch(1100, DType::kE4M3, 32);
+  check_index_prefill_graph(b.get(), {{300, 300, 300, 200}, {300, 100, 0, 0}, {1, 1, 1, 1000}},
+                            {{600, 300, 1000, 1152}, {600, 100, 50, 0}, {1152, 1, 500, 1152}});
+}
+
+TEST(CudaGraphs, IndexTopkPrefill) {
+  MSA_REQUIRE_TEST_DEVICE();
+  const int64_t rows = 24;
+  std::unique_ptr<IndexBatch> b = make_index_batch(rows);
+  // Full, shrunken (empty requests, rows past cu_seqlens_q[B]) and regrown batches.
+  check_index_prefill_graph(b.get(), {{6, 6, 6, 6}, {6, 3, 0, 0}, {1, 1, 1, 21}},
+                            {{600, 6, 1000, 130}, {600, 100, 50, 0}, {1152, 1, 500, 1152}});
 }
 
 // A used block-table entry pointing outside the cache, written after capture: the replay must

@@ -182,6 +182,31 @@ std::vector<NamedSpec> dense_specs() {
     s.seed = 46;
     v.push_back({"TensorCoreNegativeScaleE4m3", s});
   }
+  {
+    // e4m3 calls with at least 1024 rows per request, whose pages the CUDA backend converts once
+    // per call into a bf16 copy: per-layer scales over HND with NaN past the length (the copy's
+    // last page), and per-token-head scales over NHD with two KV heads and two requests.
+    BatchSpec s;
+    s.num_q_heads = 8;
+    s.seq_lens = {1300};
+    s.query_lens = {1100};
+    s.padding_rows = 2;
+    s.layout = Layout::kSplitHnd;
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerLayer;
+    s.out_dtype = DType::kBF16;
+    s.nan_past_len = true;
+    s.seed = 47;
+    v.push_back({"TensorCoreE4m3CopyPerLayerHnd", s});
+    s.num_kv_heads = 2;
+    s.num_q_heads = 16;
+    s.seq_lens = {1030, 1100};
+    s.query_lens = {1030, 1030};
+    s.layout = Layout::kSplitNhd;
+    s.scale_mode = KvScaleMode::kPerTokenHead;
+    s.seed = 48;
+    v.push_back({"TensorCoreE4m3CopyPerTokenHeadNhd", s});
+  }
   return v;
 }
 
@@ -288,40 +313,52 @@ TEST(DenseAttention, RejectsBadArguments) {
   expect_rejected(*b, a, kInvalid, "cache stride");
 }
 
+// Bad values on the split-KV kernels (few rows per request) and, on CUDA, on the tensor-core
+// kernel over a per-call bf16 copy of an e4m3 cache (1024 rows per request or more).
 TEST(DenseAttention, RejectsBadValues) {
   MSA_REQUIRE_TEST_DEVICE();
-  BatchSpec s;
-  s.form = Form::kDense;
-  s.num_q_heads = 4;
-  s.head_dim = 64;
-  s.seq_lens = {300, 10};
-  s.query_lens = {3, 1};
+  BatchSpec split;
+  split.form = Form::kDense;
+  split.num_q_heads = 4;
+  split.head_dim = 64;
+  split.seq_lens = {300, 10};
+  split.query_lens = {3, 1};
+  BatchSpec copied;
+  copied.form = Form::kDense;
+  copied.seq_lens = {2100, 10};
+  copied.query_lens = {2047, 1};
+  copied.cache_dtype = DType::kE4M3;
+  copied.scale_mode = KvScaleMode::kPerLayer;
   struct Case {
     const char* what;
-    int64_t bt_col;  // block-table entry of request 0 to break, or -1
-    int64_t seq_len0;
+    int64_t bt_col;    // block-table entry of request 0 to break, or -1
+    int64_t seq_len0;  // 0: past the block table
     int32_t bit;
   };
-  for (const Case& c : {Case{"block id", 1, 300, kDeviceErrorBlockId},
-                        Case{"seq_len beyond table", -1, 128 * 5 + 1, kDeviceErrorSeqLen},
-                        Case{"rows > seq_len", -1, 2, kDeviceErrorQueryLen}}) {
-    std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
-    if (c.bt_col >= 0) {
-      b->block_table.set({0, c.bt_col}, -3);
-      b->block_table.upload();
+  for (const BatchSpec& s : {split, copied}) {
+    for (const Case& c : {Case{"block id", 1, s.seq_lens[0], kDeviceErrorBlockId},
+                          Case{"seq_len beyond table", -1, 0, kDeviceErrorSeqLen},
+                          Case{"rows > seq_len", -1, 2, kDeviceErrorQueryLen}}) {
+      SCOPED_TRACE(std::string(c.what) + (s.cache_dtype == DType::kE4M3 ? ", e4m3 copy" : ""));
+      std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
+      if (c.bt_col >= 0) {
+        b->block_table.set({0, c.bt_col}, -3);
+        b->block_table.upload();
+      }
+      const int64_t past_table = 128 * b->block_table.shape()[1] + 1;
+      b->seq_lens.set_flat(0, static_cast<double>(c.seq_len0 > 0 ? c.seq_len0 : past_table));
+      b->seq_lens.upload();
+      if (b->device.is_cpu()) {
+        expect_rejected(*b, attn::dense_args(*b), StatusCode::kOutOfRange, c.what);
+      } else {
+        b->flags.set_flat(0, 0);
+        b->flags.upload();
+        const Status st = attn::run_op(attn::dense_args(*b), b->device);
+        EXPECT_TRUE(st.ok()) << c.what << ": " << st.to_string();
+      }
+      b->flags.download();
+      EXPECT_EQ(static_cast<int32_t>(b->flags.get_flat(0)), c.bit) << c.what;
     }
-    b->seq_lens.set_flat(0, static_cast<double>(c.seq_len0));
-    b->seq_lens.upload();
-    if (b->device.is_cpu()) {
-      expect_rejected(*b, attn::dense_args(*b), StatusCode::kOutOfRange, c.what);
-    } else {
-      b->flags.set_flat(0, 0);
-      b->flags.upload();
-      const Status st = attn::run_op(attn::dense_args(*b), b->device);
-      EXPECT_TRUE(st.ok()) << c.what << ": " << st.to_string();
-    }
-    b->flags.download();
-    EXPECT_EQ(static_cast<int32_t>(b->flags.get_flat(0)), c.bit) << c.what;
   }
 }
 

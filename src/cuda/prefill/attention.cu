@@ -90,6 +90,71 @@ Status launch_for_dtype(const AttentionProblem& pb, const CUtensorMap& k_map,
   }
 }
 
+// Rows per request from which a dense e4m3 call converts its K/V pages once into a bf16 copy
+// (kv_copy_bytes): a request of 1024 rows has 64 to 128 tiles, each of which would convert its
+// visible pages again.
+constexpr int64_t kKvCopyMinRowsPerRequest = 1024;
+constexpr size_t kKvCopyPageHeadBytes = size_t{kAttnKeys} * kAttnDim * 2;  // one side, one head
+
+bool kv_copy_eligible(const AttentionProblem& pb) {
+  return !pb.sparse() && !pb.batch_invariant && pb.kv.k.dtype == DType::kE4M3;
+}
+
+// Whether this call converts its pages once into the copy rather than per tile. Batch-invariant
+// calls never do: the copy's kernel runs the pipelined consumer loop, whose sums round
+// differently from the per-tile kernel's, and the choice depends on the batch.
+bool kv_copied(const AttentionProblem& pb) {
+  const int64_t requests = pb.seq_lens.shape[0];
+  return kv_copy_eligible(pb) && requests > 0 &&
+         requests * kKvCopyMinRowsPerRequest <= pb.q.shape[0];
+}
+
+// K and V copies of min(requests, T / 1024) requests' pages: grows with every capacity.
+size_t kv_copy_side_bytes(const AttentionProblem& pb) {
+  if (!kv_copy_eligible(pb)) return 0;
+  const int64_t requests =
+      std::min<int64_t>(pb.seq_lens.shape[0], pb.q.shape[0] / kKvCopyMinRowsPerRequest);
+  return detail::align_up(
+      static_cast<size_t>(requests * pb.block_table.shape[1] * pb.kv.num_kv_heads()) *
+      kKvCopyPageHeadBytes);
+}
+
+Status launch_kv_copy(const AttentionProblem& pb, const RowMap& rows, const KvCacheDevice& kvd,
+                      uint8_t* k_copy, uint8_t* v_copy, cudaStream_t stream) {
+  KvCopyParams cp{};
+  cp.rows = rows;
+  cp.k8 = static_cast<const uint8_t*>(kvd.k);
+  cp.v8 = static_cast<const uint8_t*>(kvd.v);
+  for (int i = 0; i < 3; ++i) {
+    cp.k_stride[i] = kvd.k_stride[i];
+    cp.v_stride[i] = kvd.v_stride[i];
+  }
+  cp.num_cache_blocks = kvd.num_blocks;
+  cp.block_table = pb.block_table.ptr<const int32_t>();
+  cp.bt_stride_req = pb.block_table.strides[0];
+  cp.bt_stride_block = pb.block_table.strides[1];
+  const bool token_scales = pb.kv.scale_mode == KvScaleMode::kPerTokenHead;
+  if (token_scales) {
+    cp.k_token_scale = kvd.k_scale;
+    cp.v_token_scale = kvd.v_scale;
+    for (int i = 0; i < 2; ++i) {
+      cp.k_token_stride[i] = kvd.k_scale_stride[i];
+      cp.v_token_stride[i] = kvd.v_scale_stride[i];
+    }
+  }
+  cp.num_kv_heads = static_cast<int32_t>(pb.kv.num_kv_heads());
+  cp.k_copy = k_copy;
+  cp.v_copy = v_copy;
+  const int64_t units = static_cast<int64_t>(rows.num_requests) * rows.max_blocks;
+  const auto ctas =
+      static_cast<unsigned>(std::min<int64_t>(units, 16 * int64_t{device_sm_count()}));
+  if (ctas == 0) return Status::Ok();
+  return token_scales ? launch_kernel("copy_kv_bf16_kernel", copy_kv_bf16_kernel<true>, dim3(ctas),
+                                      dim3(kKvCopyThreads), 0, stream, cp)
+                      : launch_kernel("copy_kv_bf16_kernel", copy_kv_bf16_kernel<false>, dim3(ctas),
+                                      dim3(kKvCopyThreads), 0, stream, cp);
+}
+
 }  // namespace
 
 bool attention_supported(const AttentionProblem& pb) {
@@ -136,7 +201,7 @@ bool attention_supported(const AttentionProblem& pb) {
 }
 
 size_t attention_workspace_bytes(const AttentionProblem& pb) {
-  return detail::align_up(plan_bytes(pb.seq_lens.shape[0]));
+  return detail::align_up(plan_bytes(pb.seq_lens.shape[0])) + 2 * kv_copy_side_bytes(pb);
 }
 
 Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream stream) {
@@ -178,7 +243,28 @@ Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream str
   const KvCacheView& kv = pb.kv;
   const KvCacheDevice kvd = kv_cache_device(kv);
   CUtensorMap k_map{}, v_map{};
-  if (kv.k.dtype == DType::kE4M3) {
+  prm.kv_copied = kv_copied(pb);
+  if (prm.kv_copied) {
+    const int64_t pages = rows.num_requests * rows.max_blocks;
+    if (pages > 0x7FFFFFFF) {
+      return detail::not_supported("prefill attention: more than 2^31 request blocks to copy");
+    }
+    auto* k_copy =
+        static_cast<uint8_t*>(workspace.data) + detail::align_up(plan_bytes(pb.seq_lens.shape[0]));
+    uint8_t* v_copy = k_copy + kv_copy_side_bytes(pb);
+    if (reinterpret_cast<uintptr_t>(workspace.data) % 256 != 0) {
+      return Status(StatusCode::kInvalidArgument,
+                    "workspace: data must be aligned to 256 bytes (the bf16 K/V copy is read by "
+                    "bulk tensor copies)");
+    }
+    MSA_RETURN_IF_ERROR(launch_kv_copy(pb, rows, kvd, k_copy, v_copy, cuda_stream));
+    const TensorView k_view =
+        make_tensor(k_copy, DType::kBF16, {pages, hkv, kAttnKeys, kAttnDim}, kv.k.device);
+    const TensorView v_view =
+        make_tensor(v_copy, DType::kBF16, {pages, hkv, kAttnKeys, kAttnDim}, kv.k.device);
+    MSA_RETURN_IF_ERROR(encode_side(&k_map, "kv_cache.k (bf16 copy)", k_view));
+    MSA_RETURN_IF_ERROR(encode_side(&v_map, "kv_cache.v (bf16 copy)", v_view));
+  } else if (kv.k.dtype == DType::kE4M3) {
     prm.k8 = static_cast<const uint8_t*>(kvd.k);
     prm.v8 = static_cast<const uint8_t*>(kvd.v);
     for (int i = 0; i < 3; ++i) {
@@ -211,7 +297,7 @@ Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream str
   if (kv.scale_mode == KvScaleMode::kPerLayer) {
     prm.k_scale = kvd.k_scale;
     prm.v_scale = kvd.v_scale;
-  } else if (kv.scale_mode == KvScaleMode::kPerTokenHead) {
+  } else if (kv.scale_mode == KvScaleMode::kPerTokenHead && !prm.kv_copied) {
     prm.k_token_scale = kvd.k_scale;
     prm.v_token_scale = kvd.v_scale;
     for (int i = 0; i < 2; ++i) {
@@ -225,6 +311,9 @@ Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream str
   const int64_t tiles = max_tiles(T, rows.num_requests, tq);
   if (tiles > 0x7FFFFFFF) return detail::not_supported("prefill attention: too many query tiles");
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(hkv));
+  if (prm.kv_copied) {
+    return launch<sm90::Mma16::kBF16, false, false>(k_map, v_map, prm, grid, cuda_stream);
+  }
   return pb.sparse() ? launch_for_dtype<true>(pb, k_map, v_map, prm, grid, cuda_stream)
                      : launch_for_dtype<false>(pb, k_map, v_map, prm, grid, cuda_stream);
 }

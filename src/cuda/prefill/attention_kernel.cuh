@@ -12,7 +12,10 @@
 // Three warpgroups. Warpgroup 0 produces the K and V tiles of each block into a ring (three stages
 // dense, two sparse: attn_stages): 16-bit caches by bulk tensor copies (one 4-D map per side over
 // [blocks, KV heads, slots, dims], so the packed and split layouts are read in place), e4m3 caches
-// by its 128 threads loading, converting to bf16 exactly and storing in the swizzled layout.
+// by its 128 threads loading, converting to bf16 exactly and storing in the swizzled layout, or
+// (dense calls with long requests, not batch invariant: attention.cu) by bulk tensor copies from
+// a bf16 copy of the call's pages made once per call (copy_kv_bf16_kernel), so that every tile
+// does not convert the same pages again.
 // Warpgroups 1 and 2 own rows 0-63 and 64-127: per block, S = Q K^T (wgmma, Q and K from shared
 // memory), an online softmax in fp32 in base 2, P rounded to the MMA type in registers, O += P V
 // (wgmma, P from registers). Two consumer loops (attn_pipelined picks one per instantiation): dense
@@ -128,6 +131,30 @@ struct AttnParams {
   int32_t group;        // q heads per KV head: 8 or 16
   int32_t tile_tokens;  // 128 / group
   int32_t* error_flags;
+  // Dense walks over an e4m3 cache converted once per call (copy_kv_bf16_kernel): the producer
+  // reads block b of request r at page r * max_blocks + b of the copies' maps; the page id in the
+  // block table is still checked.
+  bool kv_copied;
+};
+
+// The per-call bf16 copy of a dense call's e4m3 K and V: page r * max_blocks + b of each holds
+// block b of request r (b below ceil(seq_len / 128)) for every KV head, [Hkv, 128 slots, 128
+// dims], converted as the e4m3 producer converts (exactly, or times the slot's per-token-head
+// scale and then rounded). Per-layer scales stay with the kernel (logits and output).
+struct KvCopyParams {
+  RowMap rows;
+  const uint8_t* k8;
+  const uint8_t* v8;
+  int64_t k_stride[3], v_stride[3];  // element strides of page, head, slot
+  int64_t num_cache_blocks;
+  const int32_t* block_table;
+  int64_t bt_stride_req, bt_stride_block;
+  const float* k_token_scale;  // [Hkv, num_blocks * 128] or null
+  const float* v_token_scale;
+  int64_t k_token_stride[2], v_token_stride[2];
+  int32_t num_kv_heads;
+  uint8_t* k_copy;  // [num_requests * max_blocks, Hkv, 128, 128] bf16
+  uint8_t* v_copy;
 };
 
 // Writes row `r` (0..127) of the 16-bit Q tile: token r / G, head r % G of KV head g, or zeros;
@@ -224,6 +251,49 @@ __device__ __forceinline__ void convert_e4m3_block(const AttnParams& p, int64_t 
     for (int i = 0; i < kRound; ++i) {
       store_bf16x16<kTokenScales>(dk, slot0 + kSlotsPerPass * i, word, kw[i], ks[i]);
       store_bf16x16<kTokenScales>(dv, slot0 + kSlotsPerPass * i, word, vw[i], vs[i]);
+    }
+  }
+}
+
+// The copies of KvCopyParams: one CTA per (request, block) at a time, each thread converting
+// 16-byte words of K and V. Blocks at or past a request's length and page ids outside the cache
+// are skipped (the attention kernel flags the latter and never reads the former).
+constexpr int kKvCopyThreads = 256;
+
+template <bool kTokenScales>
+__global__ void __launch_bounds__(kKvCopyThreads) copy_kv_bf16_kernel(const KvCopyParams p) {
+  const int64_t mb = p.rows.max_blocks;
+  const int64_t units = static_cast<int64_t>(p.rows.num_requests) * mb;
+  constexpr int kWords = kAttnKeys * kAttnDim / 16;  // 16-byte e4m3 words per head and side
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const int64_t req = u / mb, b = u - req * mb;
+    const int64_t len = p.rows.seq_lens[req * p.rows.seq_lens_stride];
+    if (b * kAttnKeys >= len) continue;
+    const int32_t page = p.block_table[req * p.bt_stride_req + b * p.bt_stride_block];
+    if (page < 0 || page >= p.num_cache_blocks) continue;
+    for (int c = static_cast<int>(threadIdx.x); c < 2 * p.num_kv_heads * kWords;
+         c += kKvCopyThreads) {
+      const bool is_v = c >= p.num_kv_heads * kWords;
+      const int e = is_v ? c - p.num_kv_heads * kWords : c;
+      const int g = e / kWords, slot = e % kWords / 8, word = e % 8;
+      const int64_t* st = is_v ? p.v_stride : p.k_stride;
+      const uint8_t* src = (is_v ? p.v8 : p.k8) + page * st[0] + g * st[1] + slot * st[2];
+      const uint4 in = ld_raw_v4(src + word * 16);
+      uint4 lo, hi;
+      if constexpr (kTokenScales) {
+        const float* sc = is_v ? p.v_token_scale : p.k_token_scale;
+        const int64_t* sst = is_v ? p.v_token_stride : p.k_token_stride;
+        const float scale =
+            sc[g * sst[0] + (static_cast<int64_t>(page) * kAttnKeys + slot) * sst[1]];
+        e4m3x16_to_bf16<true>(in, scale, lo, hi);
+      } else {
+        e4m3x16_to_bf16<false>(in, 1.0f, lo, hi);
+      }
+      auto* out = reinterpret_cast<uint4*>(
+          (is_v ? p.v_copy : p.k_copy) +
+          ((u * p.num_kv_heads + g) * kAttnKeys + slot) * (kAttnDim * 2) + word * 32);
+      out[0] = lo;
+      out[1] = hi;
     }
   }
 }
@@ -430,6 +500,8 @@ __device__ __forceinline__ void produce_tma(const CUtensorMap& k_map, const CUte
       if (page < 0 || page >= p.num_cache_blocks) {
         if (lane == 0) raise_error(p.error_flags, kDeviceErrorBlockId);
         page = -1;
+      } else if (p.kv_copied) {
+        page = static_cast<int32_t>(w.tile.req * p.rows.max_blocks + u);
       }
     }
     if (u >= kStages) sm90::barrier_wait(&ss->empty[s], ((u / kStages) - 1) & 1);
