@@ -57,6 +57,9 @@ using detail::AttentionProblem;  // the prefill and dense forms
 // request (decode-like batches keep the split-KV kernels) unless the call is batch invariant.
 constexpr int64_t kAttnMinRowsPerRequest = 8;
 bool attention_supported(const AttentionProblem& pb);
+// The tile plan and, for dense e4m3 calls that are not batch invariant, the per-call bf16 K/V
+// copies (min(num_requests, T / 1024) requests' pages; calls with at least 1024 rows per request
+// use them).
 size_t attention_workspace_bytes(const AttentionProblem& pb);
 Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream stream);
 
