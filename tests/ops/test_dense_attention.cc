@@ -182,30 +182,32 @@ std::vector<NamedSpec> dense_specs() {
     s.seed = 46;
     v.push_back({"TensorCoreNegativeScaleE4m3", s});
   }
+  // On CUDA the e4m3 tensor-core cases above hold at least 8 query rows per block-table page and
+  // take the per-call bf16 copy of their pages; these take it with two KV heads and two requests,
+  // and keep the per-tile conversion (short chunks after long prefixes: more pages than rows / 8).
   {
-    // e4m3 calls with at least 1024 rows per request, whose pages the CUDA backend converts once
-    // per call into a bf16 copy: per-layer scales over HND with NaN past the length (the copy's
-    // last page), and per-token-head scales over NHD with two KV heads and two requests.
     BatchSpec s;
-    s.num_q_heads = 8;
-    s.seq_lens = {1300};
-    s.query_lens = {1100};
-    s.padding_rows = 2;
-    s.layout = Layout::kSplitHnd;
+    s.num_kv_heads = 2;
+    s.seq_lens = {530, 600};
+    s.query_lens = {300, 300};
+    s.layout = Layout::kSplitNhd;
     s.cache_dtype = DType::kE4M3;
-    s.scale_mode = KvScaleMode::kPerLayer;
+    s.scale_mode = KvScaleMode::kPerTokenHead;
     s.out_dtype = DType::kBF16;
     s.nan_past_len = true;
-    s.seed = 47;
-    v.push_back({"TensorCoreE4m3CopyPerLayerHnd", s});
-    s.num_kv_heads = 2;
-    s.num_q_heads = 16;
-    s.seq_lens = {1030, 1100};
-    s.query_lens = {1030, 1030};
-    s.layout = Layout::kSplitNhd;
-    s.scale_mode = KvScaleMode::kPerTokenHead;
     s.seed = 48;
-    v.push_back({"TensorCoreE4m3CopyPerTokenHeadNhd", s});
+    v.push_back({"TensorCoreE4m3CopyTwoKvHeadsNhd", s});
+    s.num_kv_heads = 1;
+    s.seq_lens = {2600, 900};
+    s.query_lens = {200, 100};
+    s.seed = 49;
+    v.push_back({"TensorCoreE4m3PerTileLongPrefixNhd", s});
+    s.seq_lens = {3000};
+    s.query_lens = {150};
+    s.layout = Layout::kSplitHnd;
+    s.scale_mode = KvScaleMode::kPerLayer;
+    s.seed = 50;
+    v.push_back({"TensorCoreE4m3PerTileLongPrefixHnd", s});
   }
   return v;
 }
@@ -314,7 +316,7 @@ TEST(DenseAttention, RejectsBadArguments) {
 }
 
 // Bad values on the split-KV kernels (few rows per request) and, on CUDA, on the tensor-core
-// kernel over a per-call bf16 copy of an e4m3 cache (1024 rows per request or more).
+// kernel over a per-call bf16 copy of an e4m3 cache (8 rows or more per block-table page).
 TEST(DenseAttention, RejectsBadValues) {
   MSA_REQUIRE_TEST_DEVICE();
   BatchSpec split;
@@ -325,8 +327,8 @@ TEST(DenseAttention, RejectsBadValues) {
   split.query_lens = {3, 1};
   BatchSpec copied;
   copied.form = Form::kDense;
-  copied.seq_lens = {2100, 10};
-  copied.query_lens = {2047, 1};
+  copied.seq_lens = {700, 10};
+  copied.query_lens = {300, 1};
   copied.cache_dtype = DType::kE4M3;
   copied.scale_mode = KvScaleMode::kPerLayer;
   struct Case {

@@ -90,10 +90,13 @@ Status launch_for_dtype(const AttentionProblem& pb, const CUtensorMap& k_map,
   }
 }
 
-// Rows per request from which a dense e4m3 call converts its K/V pages once into a bf16 copy
-// (kv_copy_bytes): a request of 1024 rows has 64 to 128 tiles, each of which would convert its
-// visible pages again.
-constexpr int64_t kKvCopyMinRowsPerRequest = 1024;
+// Query rows per copied page: a dense e4m3 call converts its K/V pages once into a bf16 copy
+// when its block table (num_requests x max_blocks pages) holds at most one page per 8 rows, and
+// the copy is reserved for min(num_requests x max_blocks, T / 8) pages (kv_copy_side_bytes), so
+// it takes at most 16 KB per row and KV head (K and V) and grows with every capacity. Every
+// prompt of its own and a chunk of 8K after a 120K prefix take it; a short chunk after a long
+// prefix keeps the per-tile conversion.
+constexpr int64_t kKvCopyRowsPerPage = 8;
 constexpr size_t kKvCopyPageHeadBytes = size_t{kAttnKeys} * kAttnDim * 2;  // one side, one head
 
 bool kv_copy_eligible(const AttentionProblem& pb) {
@@ -104,19 +107,15 @@ bool kv_copy_eligible(const AttentionProblem& pb) {
 // calls never do: the copy's kernel runs the pipelined consumer loop, whose sums round
 // differently from the per-tile kernel's, and the choice depends on the batch.
 bool kv_copied(const AttentionProblem& pb) {
-  const int64_t requests = pb.seq_lens.shape[0];
-  return kv_copy_eligible(pb) && requests > 0 &&
-         requests * kKvCopyMinRowsPerRequest <= pb.q.shape[0];
+  const int64_t pages = pb.seq_lens.shape[0] * pb.block_table.shape[1];
+  return kv_copy_eligible(pb) && pages > 0 && pages * kKvCopyRowsPerPage <= pb.q.shape[0];
 }
 
-// K and V copies of min(requests, T / 1024) requests' pages: grows with every capacity.
 size_t kv_copy_side_bytes(const AttentionProblem& pb) {
   if (!kv_copy_eligible(pb)) return 0;
-  const int64_t requests =
-      std::min<int64_t>(pb.seq_lens.shape[0], pb.q.shape[0] / kKvCopyMinRowsPerRequest);
-  return detail::align_up(
-      static_cast<size_t>(requests * pb.block_table.shape[1] * pb.kv.num_kv_heads()) *
-      kKvCopyPageHeadBytes);
+  const int64_t pages = std::min<int64_t>(pb.seq_lens.shape[0] * pb.block_table.shape[1],
+                                          pb.q.shape[0] / kKvCopyRowsPerPage);
+  return detail::align_up(static_cast<size_t>(pages * pb.kv.num_kv_heads()) * kKvCopyPageHeadBytes);
 }
 
 Status launch_kv_copy(const AttentionProblem& pb, const RowMap& rows, const KvCacheDevice& kvd,

@@ -58,8 +58,8 @@ using detail::AttentionProblem;  // the prefill and dense forms
 constexpr int64_t kAttnMinRowsPerRequest = 8;
 bool attention_supported(const AttentionProblem& pb);
 // The tile plan and, for dense e4m3 calls that are not batch invariant, the per-call bf16 K/V
-// copies (min(num_requests, T / 1024) requests' pages; calls with at least 1024 rows per request
-// use them).
+// copies (min(num_requests * max_blocks, T / 8) pages; calls with at least 8 rows per page of
+// their block table use them).
 size_t attention_workspace_bytes(const AttentionProblem& pb);
 Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream stream);
 
