@@ -399,18 +399,51 @@ inline PrefillChoice parse_prefill_choice(const char* value) {
   return PrefillChoice::kDefault;
 }
 
+// ---- Prefill attention over e4m3 caches: K/V converted once per call into a bf16 copy ----
+
+// A tensor-core prefill attention call over an e4m3 cache that is not batch invariant converts
+// every page its requests hold once into a bf16 copy in the workspace, and the bf16 kernel (bulk
+// tensor copies, for dense the pipelined consumer) reads that, instead of converting every visited
+// page again for every tile (H100, bench/results/2026-12-06-629e0b2-h100-per-call-copies.md:
+// dense e4m3 -29..-35% at 4K-64K). The copy is reserved for min(num_requests x max_blocks,
+// rows / kKvCopyRowsPerPage) pages, at most 16 KB per row and KV head (K and V), which grows with
+// every capacity; a call uses it when its block table holds at most one page per
+// kKvCopyRowsPerPage rows (single prompts, an 8K chunk after a 120K prefix; not a short chunk
+// after a long prefix). Sparse calls also need max_blocks <= kSparseKvCopyMaxBlocks: on random
+// top-k they are bound by L2 bandwidth, and bf16 tiles are twice the bytes that the CUDA-core
+// kernels read as e4m3, which then win (by the bf16 tensor-core kernel's speed, 3-13% at 64K-128K
+// prompts and 17% after a 120K prefix, against 1.3-2.4x slower at 4K-16K and the 2K-32K batch).
+// Batch-invariant calls never copy: whether a call copies depends on the batch, and the dense copy
+// kernel's pipelined loop rounds differently.
+constexpr int64_t kKvCopyRowsPerPage = 8;
+constexpr int64_t kSparseKvCopyMaxBlocks = 256;
+
+inline int64_t prefill_kv_copy_pages(bool batch_invariant, DType cache_dtype, int64_t requests,
+                                     int64_t max_blocks, int64_t rows) {
+  if (batch_invariant || cache_dtype != DType::kE4M3) return 0;
+  return std::min(requests * max_blocks, rows / kKvCopyRowsPerPage);
+}
+
+inline bool prefill_kv_copied(bool sparse, bool batch_invariant, DType cache_dtype,
+                              int64_t requests, int64_t max_blocks, int64_t rows) {
+  if (batch_invariant || cache_dtype != DType::kE4M3) return false;
+  if (sparse && max_blocks > kSparseKvCopyMaxBlocks) return false;
+  const int64_t pages = requests * max_blocks;
+  return pages > 0 && pages * kKvCopyRowsPerPage <= rows;
+}
+
 // Whether a prefill attention call that the tensor-core kernel supports takes it under `choice`.
-// By default it does, except sparse attention over e4m3 caches: there the tensor-core kernel's
-// e4m3 producer (loads, conversion to bf16, stores by one warpgroup) ran at 0.5-0.75x the
-// CUDA-core kernels' speed at 16K-128K prompts on an H100
-// (bench/results/2026-12-06-c2a2f9a-h100-final.md). Dense attention over e4m3 takes it with either
-// scale mode: the CUDA-core dense kernels ran at 12 useful TF/s there against 342-383 for the
-// tensor-core kernel with per-layer scales, and the per-token-head variant passed the same suite.
+// By default it does, except sparse attention over e4m3 caches without the per-call copy
+// (kv_copied false): there the tensor-core kernel's e4m3 producer (loads, conversion to bf16,
+// stores by one warpgroup) ran at 0.5-0.75x the CUDA-core kernels' speed at 16K-128K prompts on an
+// H100 (bench/results/2026-12-06-c2a2f9a-h100-final.md). Dense attention over e4m3 takes it with
+// either scale mode: the CUDA-core dense kernels ran at 12 useful TF/s there against 342-383 for
+// the tensor-core kernel's per-tile conversion with per-layer scales.
 inline bool prefill_attention_takes_tensor_cores(PrefillChoice choice, bool sparse,
-                                                 DType cache_dtype) {
+                                                 DType cache_dtype, bool kv_copied) {
   if (choice == PrefillChoice::kSimt) return false;
   if (choice == PrefillChoice::kTensorCores) return true;
-  return !(cache_dtype == DType::kE4M3 && sparse);
+  return !(cache_dtype == DType::kE4M3 && sparse) || kv_copied;
 }
 
 // The same for the prefill index scorer: by default wherever it applies.

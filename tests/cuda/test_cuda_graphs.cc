@@ -493,6 +493,15 @@ TEST(CudaGraphs, SparseAttentionPrefillTensorCore) {
   check_prefill_form(tensor_core_prefill_spec(attn::Form::kPrefill));
 }
 
+// Sparse over an e4m3 cache with per-layer scales, read from the per-call bf16 copy.
+TEST(CudaGraphs, SparseAttentionPrefillE4m3Copy) {
+  MSA_REQUIRE_TEST_DEVICE();
+  attn::BatchSpec s = tensor_core_prefill_spec(attn::Form::kPrefill);
+  s.cache_dtype = DType::kE4M3;
+  s.scale_mode = KvScaleMode::kPerLayer;
+  check_prefill_form(s);
+}
+
 TEST(CudaGraphs, DenseAttentionPrefillTensorCore) {
   MSA_REQUIRE_TEST_DEVICE();
   check_prefill_form(tensor_core_prefill_spec(attn::Form::kDense));

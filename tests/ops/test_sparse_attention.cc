@@ -367,6 +367,21 @@ std::vector<NamedSpec> prefill_specs() {
     v.push_back({"TensorCoreE4m3PerTokenHeadPacked", s});
   }
   {
+    // The two e4m3 cases above hold at least 8 rows per block-table page, and on CUDA read a
+    // per-call bf16 copy of their pages; this one (short chunks after long prefixes) converts
+    // per tile under MSA_CUDA_PREFILL=tc, and takes the CUDA-core kernels by default.
+    BatchSpec s;
+    s.seq_lens = {2600, 900};
+    s.query_lens = {200, 100};
+    s.layout = Layout::kSplitHnd;
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerTokenHead;
+    s.out_dtype = DType::kBF16;
+    s.nan_past_len = true;
+    s.seed = 136;
+    v.push_back({"TensorCoreE4m3PerTileLongPrefixHnd", s});
+  }
+  {
     BatchSpec s;
     s.seq_lens = {1200, 77};
     s.query_lens = {300, 77};

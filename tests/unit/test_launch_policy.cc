@@ -631,25 +631,63 @@ TEST(PrefillKernelChoice, ParsesTheEnvironmentValue) {
 }
 
 // By default every supported prefill call takes the tensor cores except sparse attention over
-// e4m3 caches; "tc" takes them everywhere, "simt" nowhere.
+// e4m3 caches without the per-call bf16 copy; "tc" takes them everywhere, "simt" nowhere.
 TEST(PrefillKernelChoice, DefaultsPerFormAndDtype) {
-  const auto takes = [](PrefillChoice c, bool sparse, DType dt) {
-    return prefill_attention_takes_tensor_cores(c, sparse, dt);
-  };
-  for (bool sparse : {false, true}) {
-    for (DType dt : {DType::kBF16, DType::kF16}) {
-      EXPECT_TRUE(takes(PrefillChoice::kDefault, sparse, dt));
+  for (bool copied : {false, true}) {
+    const auto takes = [copied](PrefillChoice c, bool sparse, DType dt) {
+      return prefill_attention_takes_tensor_cores(c, sparse, dt, copied);
+    };
+    for (bool sparse : {false, true}) {
+      for (DType dt : {DType::kBF16, DType::kF16}) {
+        EXPECT_TRUE(takes(PrefillChoice::kDefault, sparse, dt));
+      }
+      for (DType dt : {DType::kBF16, DType::kF16, DType::kE4M3}) {
+        EXPECT_TRUE(takes(PrefillChoice::kTensorCores, sparse, dt));
+        EXPECT_FALSE(takes(PrefillChoice::kSimt, sparse, dt));
+      }
     }
-    for (DType dt : {DType::kBF16, DType::kF16, DType::kE4M3}) {
-      EXPECT_TRUE(takes(PrefillChoice::kTensorCores, sparse, dt));
-      EXPECT_FALSE(takes(PrefillChoice::kSimt, sparse, dt));
-    }
+    EXPECT_TRUE(takes(PrefillChoice::kDefault, false, DType::kE4M3));
+    EXPECT_EQ(takes(PrefillChoice::kDefault, true, DType::kE4M3), copied);
   }
-  EXPECT_TRUE(takes(PrefillChoice::kDefault, false, DType::kE4M3));
-  EXPECT_FALSE(takes(PrefillChoice::kDefault, true, DType::kE4M3));
   EXPECT_TRUE(prefill_index_takes_tensor_cores(PrefillChoice::kDefault));
   EXPECT_TRUE(prefill_index_takes_tensor_cores(PrefillChoice::kTensorCores));
   EXPECT_FALSE(prefill_index_takes_tensor_cores(PrefillChoice::kSimt));
+}
+
+// The per-call bf16 copy of an e4m3 cache: at least 8 rows per block-table page, sparse calls
+// up to 256 blocks, never batch invariant or 16-bit; its reservation grows with every capacity
+// and covers every call within them that uses it.
+TEST(PrefillKvCopy, ChoiceAndReservation) {
+  const DType e4m3 = DType::kE4M3;
+  EXPECT_TRUE(prefill_kv_copied(false, false, e4m3, 1, 512, 65536));
+  EXPECT_TRUE(prefill_kv_copied(false, false, e4m3, 1, 1024, 8192));  // 8K after 120K
+  EXPECT_FALSE(prefill_kv_copied(false, false, e4m3, 1, 1024, 8191));
+  EXPECT_FALSE(prefill_kv_copied(false, true, e4m3, 1, 512, 65536));
+  EXPECT_FALSE(prefill_kv_copied(false, false, DType::kBF16, 1, 512, 65536));
+  EXPECT_FALSE(prefill_kv_copied(false, false, e4m3, 0, 512, 65536));
+  EXPECT_TRUE(prefill_kv_copied(true, false, e4m3, 8, 256, 106496));
+  EXPECT_FALSE(prefill_kv_copied(true, false, e4m3, 1, 257, 65536));
+  EXPECT_EQ(prefill_kv_copy_pages(false, e4m3, 8, 256, 106496), 2048);
+  EXPECT_EQ(prefill_kv_copy_pages(false, e4m3, 256, 1024, 8192), 1024);
+  EXPECT_EQ(prefill_kv_copy_pages(true, e4m3, 1, 512, 65536), 0);
+  EXPECT_EQ(prefill_kv_copy_pages(false, DType::kBF16, 1, 512, 65536), 0);
+  const int64_t reqs[] = {1, 2, 3, 8, 64}, widths[] = {1, 16, 129, 256, 257, 1024};
+  const int64_t rows[] = {1, 100, 1000, 8192, 70000};
+  for (bool sparse : {false, true}) {
+    for (int64_t r : reqs) {
+      for (int64_t mb : widths) {
+        for (int64_t t : rows) {
+          const int64_t here = prefill_kv_copy_pages(false, e4m3, r, mb, t);
+          if (prefill_kv_copied(sparse, false, e4m3, r, mb, t)) {
+            EXPECT_GE(here, r * mb) << r << " x " << mb << ", " << t << " rows";
+          }
+          EXPECT_LE(here, prefill_kv_copy_pages(false, e4m3, r + 1, mb, t));
+          EXPECT_LE(here, prefill_kv_copy_pages(false, e4m3, r, mb + 1, t));
+          EXPECT_LE(here, prefill_kv_copy_pages(false, e4m3, r, mb, t + 1));
+        }
+      }
+    }
+  }
 }
 
 TEST(DecodeStepChoice, ParsesTheEnvironmentValue) {

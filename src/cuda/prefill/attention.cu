@@ -90,31 +90,18 @@ Status launch_for_dtype(const AttentionProblem& pb, const CUtensorMap& k_map,
   }
 }
 
-// Query rows per copied page: a dense e4m3 call converts its K/V pages once into a bf16 copy
-// when its block table (num_requests x max_blocks pages) holds at most one page per 8 rows, and
-// the copy is reserved for min(num_requests x max_blocks, T / 8) pages (kv_copy_side_bytes), so
-// it takes at most 16 KB per row and KV head (K and V) and grows with every capacity. Every
-// prompt of its own and a chunk of 8K after a 120K prefix take it; a short chunk after a long
-// prefix keeps the per-tile conversion.
-constexpr int64_t kKvCopyRowsPerPage = 8;
 constexpr size_t kKvCopyPageHeadBytes = size_t{kAttnKeys} * kAttnDim * 2;  // one side, one head
 
-bool kv_copy_eligible(const AttentionProblem& pb) {
-  return !pb.sparse() && !pb.batch_invariant && pb.kv.k.dtype == DType::kE4M3;
-}
-
-// Whether this call converts its pages once into the copy rather than per tile. Batch-invariant
-// calls never do: the copy's kernel runs the pipelined consumer loop, whose sums round
-// differently from the per-tile kernel's, and the choice depends on the batch.
+// The per-call bf16 copy of an e4m3 cache's pages (detail::prefill_kv_copied says when).
 bool kv_copied(const AttentionProblem& pb) {
-  const int64_t pages = pb.seq_lens.shape[0] * pb.block_table.shape[1];
-  return kv_copy_eligible(pb) && pages > 0 && pages * kKvCopyRowsPerPage <= pb.q.shape[0];
+  return detail::prefill_kv_copied(pb.sparse(), pb.batch_invariant, pb.kv.k.dtype,
+                                   pb.seq_lens.shape[0], pb.block_table.shape[1], pb.q.shape[0]);
 }
 
 size_t kv_copy_side_bytes(const AttentionProblem& pb) {
-  if (!kv_copy_eligible(pb)) return 0;
-  const int64_t pages = std::min<int64_t>(pb.seq_lens.shape[0] * pb.block_table.shape[1],
-                                          pb.q.shape[0] / kKvCopyRowsPerPage);
+  const int64_t pages =
+      detail::prefill_kv_copy_pages(pb.batch_invariant, pb.kv.k.dtype, pb.seq_lens.shape[0],
+                                    pb.block_table.shape[1], pb.q.shape[0]);
   return detail::align_up(static_cast<size_t>(pages * pb.kv.num_kv_heads()) * kKvCopyPageHeadBytes);
 }
 
@@ -158,7 +145,8 @@ Status launch_kv_copy(const AttentionProblem& pb, const RowMap& rows, const KvCa
 
 bool attention_supported(const AttentionProblem& pb) {
   const KvCacheView& kv = pb.kv;
-  if (!detail::prefill_attention_takes_tensor_cores(prefill_choice(), pb.sparse(), kv.k.dtype))
+  if (!detail::prefill_attention_takes_tensor_cores(prefill_choice(), pb.sparse(), kv.k.dtype,
+                                                    kv_copied(pb)))
     return false;
   if (pb.q.shape[2] != kAttnDim || kv.head_dim() != kAttnDim || kv.block_size() != kAttnKeys)
     return false;
@@ -311,7 +299,9 @@ Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream str
   if (tiles > 0x7FFFFFFF) return detail::not_supported("prefill attention: too many query tiles");
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(hkv));
   if (prm.kv_copied) {
-    return launch<sm90::Mma16::kBF16, false, false>(k_map, v_map, prm, grid, cuda_stream);
+    return pb.sparse()
+               ? launch<sm90::Mma16::kBF16, false, true>(k_map, v_map, prm, grid, cuda_stream)
+               : launch<sm90::Mma16::kBF16, false, false>(k_map, v_map, prm, grid, cuda_stream);
   }
   return pb.sparse() ? launch_for_dtype<true>(pb, k_map, v_map, prm, grid, cuda_stream)
                      : launch_for_dtype<false>(pb, k_map, v_map, prm, grid, cuda_stream);

@@ -13,9 +13,9 @@
 // dense, two sparse: attn_stages): 16-bit caches by bulk tensor copies (one 4-D map per side over
 // [blocks, KV heads, slots, dims], so the packed and split layouts are read in place), e4m3 caches
 // by its 128 threads loading, converting to bf16 exactly and storing in the swizzled layout, or
-// (dense calls with long requests, not batch invariant: attention.cu) by bulk tensor copies from
-// a bf16 copy of the call's pages made once per call (copy_kv_bf16_kernel), so that every tile
-// does not convert the same pages again.
+// (calls with at least 8 rows per block-table page, not batch invariant: core/launch_policy.h,
+// prefill_kv_copied) by bulk tensor copies from a bf16 copy of the call's pages made once per
+// call (copy_kv_bf16_kernel), so that every tile does not convert the same pages again.
 // Warpgroups 1 and 2 own rows 0-63 and 64-127: per block, S = Q K^T (wgmma, Q and K from shared
 // memory), an online softmax in fp32 in base 2, P rounded to the MMA type in registers, O += P V
 // (wgmma, P from registers). Two consumer loops (attn_pipelined picks one per instantiation): dense
@@ -131,9 +131,9 @@ struct AttnParams {
   int32_t group;        // q heads per KV head: 8 or 16
   int32_t tile_tokens;  // 128 / group
   int32_t* error_flags;
-  // Dense walks over an e4m3 cache converted once per call (copy_kv_bf16_kernel): the producer
-  // reads block b of request r at page r * max_blocks + b of the copies' maps; the page id in the
-  // block table is still checked.
+  // An e4m3 cache converted once per call (copy_kv_bf16_kernel): the producer reads block b of
+  // request r at page r * max_blocks + b of the copies' maps; the page id in the block table is
+  // still checked.
   bool kv_copied;
 };
 
@@ -435,7 +435,10 @@ __device__ __forceinline__ void build_union(const AttnParams& p, const Tile& til
       const bool ok = page >= 0 && page < p.num_cache_blocks;
       if (!ok) raise_error(p.error_flags, kDeviceErrorBlockId);
       ss->union_block[rank] = static_cast<int32_t>(blk);
-      ss->union_page[rank] = ok ? page : -1;
+      ss->union_page[rank] = !ok ? -1
+                             : p.kv_copied
+                                 ? static_cast<int32_t>(tile.req * p.rows.max_blocks + blk)
+                                 : page;
       ss->union_mask[rank] = 0;
       ++rank;
     }

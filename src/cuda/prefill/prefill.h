@@ -57,9 +57,8 @@ using detail::AttentionProblem;  // the prefill and dense forms
 // request (decode-like batches keep the split-KV kernels) unless the call is batch invariant.
 constexpr int64_t kAttnMinRowsPerRequest = 8;
 bool attention_supported(const AttentionProblem& pb);
-// The tile plan and, for dense e4m3 calls that are not batch invariant, the per-call bf16 K/V
-// copies (min(num_requests * max_blocks, T / 8) pages; calls with at least 8 rows per page of
-// their block table use them).
+// The tile plan and, for e4m3 calls that are not batch invariant, the per-call bf16 K/V copies
+// (detail::prefill_kv_copy_pages; detail::prefill_kv_copied says which calls use them).
 size_t attention_workspace_bytes(const AttentionProblem& pb);
 Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream stream);
 
