@@ -90,6 +90,19 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
   return r;
 }
 
+// 16 e4m3 values (one 16-byte word) -> 16 f16 values in two 16-byte words, exactly.
+__device__ __forceinline__ void e4m3x16_to_f16(uint4 in, uint4& lo, uint4& hi) {
+  const uint32_t w[4] = {in.x, in.y, in.z, in.w};
+  uint32_t h[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    h[2 * i] = e4m3x2_to_f16x2<false>(w[i]);
+    h[2 * i + 1] = e4m3x2_to_f16x2<true>(w[i]);
+  }
+  lo = make_uint4(h[0], h[1], h[2], h[3]);
+  hi = make_uint4(h[4], h[5], h[6], h[7]);
+}
+
 // The lower two e4m3 elements of v -> a bf16 pair, exactly (through f16 and f32: there is no
 // direct conversion).
 __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t v) {

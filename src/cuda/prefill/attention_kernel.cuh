@@ -262,15 +262,12 @@ constexpr int kKvCopyThreads = 256;
 
 template <bool kTokenScales>
 __global__ void __launch_bounds__(kKvCopyThreads) copy_kv_bf16_kernel(const KvCopyParams p) {
-  const int64_t mb = p.rows.max_blocks;
-  const int64_t units = static_cast<int64_t>(p.rows.num_requests) * mb;
+  const int64_t units = static_cast<int64_t>(p.rows.num_requests) * p.rows.max_blocks;
   constexpr int kWords = kAttnKeys * kAttnDim / 16;  // 16-byte e4m3 words per head and side
   for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
-    const int64_t req = u / mb, b = u - req * mb;
-    const int64_t len = p.rows.seq_lens[req * p.rows.seq_lens_stride];
-    if (b * kAttnKeys >= len) continue;
-    const int32_t page = p.block_table[req * p.bt_stride_req + b * p.bt_stride_block];
-    if (page < 0 || page >= p.num_cache_blocks) continue;
+    const int32_t page = copy_unit_page(p.rows, p.block_table, p.bt_stride_req, p.bt_stride_block,
+                                        p.num_cache_blocks, u);
+    if (page < 0) continue;
     for (int c = static_cast<int>(threadIdx.x); c < 2 * p.num_kv_heads * kWords;
          c += kKvCopyThreads) {
       const bool is_v = c >= p.num_kv_heads * kWords;

@@ -116,19 +116,12 @@ struct IndexSmem {
 // K-major 16-bit tile `dst` of `rows` rows (two panels of 64 dims).
 __device__ __forceinline__ void store_e4m3x16_as_f16(uint8_t* dst, int rows, int r, int c,
                                                      uint4 v) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  uint32_t h[8];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    h[2 * i] = e4m3x2_to_f16x2<false>(w[i]);
-    h[2 * i + 1] = e4m3x2_to_f16x2<true>(w[i]);
-  }
+  uint4 lo, hi;
+  e4m3x16_to_f16(v, lo, hi);
   uint8_t* panel = dst + (c / 4) * (rows * 128);
   const auto row = static_cast<uint32_t>(r), ch = static_cast<uint32_t>(2 * (c % 4));
-  *reinterpret_cast<uint4*>(panel + sm90::swizzled_chunk(row, ch)) =
-      make_uint4(h[0], h[1], h[2], h[3]);
-  *reinterpret_cast<uint4*>(panel + sm90::swizzled_chunk(row, ch + 1)) =
-      make_uint4(h[4], h[5], h[6], h[7]);
+  *reinterpret_cast<uint4*>(panel + sm90::swizzled_chunk(row, ch)) = lo;
+  *reinterpret_cast<uint4*>(panel + sm90::swizzled_chunk(row, ch + 1)) = hi;
 }
 
 // The producer warpgroup's conversion of one staged e4m3 key tile (128 rows of 128 bytes, as the
@@ -209,30 +202,18 @@ constexpr int kKeyCopyThreads = 256;
 
 __global__ void __launch_bounds__(kKeyCopyThreads)
     copy_index_keys_f16_kernel(const IndexKeyCopyParams p) {
-  const int64_t mb = p.rows.max_blocks;
-  const int64_t units = static_cast<int64_t>(p.rows.num_requests) * mb;
+  const int64_t units = static_cast<int64_t>(p.rows.num_requests) * p.rows.max_blocks;
   for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
-    const int64_t req = u / mb, b = u - req * mb;
-    const int64_t len = p.rows.seq_lens[req * p.rows.seq_lens_stride];
-    if (b * kIndexKeys >= len) continue;
-    const int32_t page = p.block_table[req * p.bt_stride_req + b * p.bt_stride_block];
-    if (page < 0 || page >= p.num_cache_blocks) continue;
+    const int32_t page = copy_unit_page(p.rows, p.block_table, p.bt_stride_req, p.bt_stride_block,
+                                        p.num_cache_blocks, u);
+    if (page < 0) continue;
     const uint8_t* src = p.cache + page * p.cache_stride_page;
     uint8_t* dst = p.copy + u * (kIndexKeys * kIndexDim * 2);
     for (int c = static_cast<int>(threadIdx.x); c < kIndexKeys * kIndexDim / 16;
          c += kKeyCopyThreads) {
       const int key = c / (kIndexDim / 16), chunk = c % (kIndexDim / 16);
-      const uint4 v = ld_raw_v4(src + key * p.cache_stride_key + chunk * 16);
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-      uint32_t h[8];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        h[2 * i] = e4m3x2_to_f16x2<false>(w[i]);
-        h[2 * i + 1] = e4m3x2_to_f16x2<true>(w[i]);
-      }
       auto* out = reinterpret_cast<uint4*>(dst + key * (kIndexDim * 2) + chunk * 32);
-      out[0] = make_uint4(h[0], h[1], h[2], h[3]);
-      out[1] = make_uint4(h[4], h[5], h[6], h[7]);
+      e4m3x16_to_f16(ld_raw_v4(src + key * p.cache_stride_key + chunk * 16), out[0], out[1]);
     }
   }
 }

@@ -47,6 +47,19 @@ __device__ __forceinline__ RequestSpan request_span(const RowMap& m, int64_t b) 
   return RequestSpan{a, s - (e - a), s};
 }
 
+// The per-call 16-bit copies of e4m3 pages (index keys, attention K/V) hold unit u = request *
+// max_blocks + block of the block table. The cache page of unit u, or -1 when the block is at or
+// past the request's length (never read) or its page id lies outside the cache (the kernel that
+// reads the copy flags it).
+__device__ __forceinline__ int32_t copy_unit_page(const RowMap& m, const int32_t* block_table,
+                                                  int64_t bt_stride_req, int64_t bt_stride_block,
+                                                  int64_t num_cache_blocks, int64_t u) {
+  const int64_t req = u / m.max_blocks, b = u - req * m.max_blocks;
+  if (b * m.block_size >= m.seq_lens[req * m.seq_lens_stride]) return -1;
+  const int32_t page = block_table[req * bt_stride_req + b * bt_stride_block];
+  return page >= 0 && page < num_cache_blocks ? page : -1;
+}
+
 // Launches prefill_tile_plan_kernel (tiles.cu) on `stream`.
 Status launch_tile_plan(const RowMap& m, int32_t tile_tokens, int32_t* offsets, int32_t* flags,
                         cudaStream_t stream);
