@@ -364,6 +364,35 @@ TEST(DenseAttention, RejectsBadValues) {
   }
 }
 
+// On CUDA, a call that reads the per-call bf16 copy of an e4m3 cache (bulk tensor copies) needs
+// the workspace aligned to 256 bytes as Workspace documents: a misaligned one is rejected before
+// anything is written. The CPU backend has no such copy.
+TEST(DenseAttention, CopyPathRejectsMisalignedWorkspace) {
+  MSA_REQUIRE_TEST_DEVICE();
+  if (test::test_device().is_cpu()) GTEST_SKIP() << "no per-call copy on the CPU backend";
+  BatchSpec s;
+  s.form = Form::kDense;
+  s.seq_lens = {700, 10};
+  s.query_lens = {300, 1};
+  s.cache_dtype = DType::kE4M3;
+  s.scale_mode = KvScaleMode::kPerLayer;
+  std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
+  b->out.fill_bytes(0x3C);
+  b->out.upload();
+  const DenseAttentionArgs a = attn::dense_args(*b);
+  size_t bytes = 0;
+  ASSERT_TRUE(workspace_size(a, &bytes).ok());
+  attn::DeviceBuffer buffer(b->device, bytes + 256);
+  const Workspace ws{static_cast<char*>(buffer.workspace().data) + 16, bytes};
+  const Status st = run(a, ws, Stream());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.to_string().find("aligned to 256 bytes"), std::string::npos) << st.to_string();
+  b->out.download();
+  bool unchanged = true;
+  for (uint8_t x : b->out.host_bytes()) unchanged = unchanged && x == 0x3C;
+  EXPECT_TRUE(unchanged) << "outputs were written";
+}
+
 }  // namespace
 }  // namespace test
 }  // namespace msa

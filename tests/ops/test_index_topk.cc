@@ -1588,6 +1588,36 @@ TEST(IndexTopkBadInput, ValuesPrefillE4m3KeyCopy) {
   run_and_check_rows(b);
 }
 
+// On CUDA, a call that takes the scorer's per-call f16 key copy (bulk tensor copies) needs the
+// workspace aligned to 256 bytes as Workspace documents: a misaligned one is rejected before
+// anything is written. The CPU backend has no such copy.
+TEST(IndexTopkBadInput, KeyCopyRejectsMisalignedWorkspace) {
+  MSA_REQUIRE_TEST_DEVICE();
+  if (test_device().is_cpu()) GTEST_SKIP() << "no per-call copy on the CPU backend";
+  BatchSpec s;
+  s.q_dtype = s.k_dtype = DType::kE4M3;
+  s.heads = 32;
+  s.head_dim = 128;
+  s.query_len = 0;
+  s.seq_lens = {700, 429};
+  s.q_lens = {300, 300};
+  s.seed = 1411;
+  Batch b = make_batch(s, test_device());
+  upload_all(b);  // topk_out poisoned
+  const IndexTopkPrefillArgs a = prefill_args(b);
+  size_t bytes = 0;
+  ASSERT_TRUE(workspace_size(a, &bytes).ok());
+  DeviceBuffer buffer(b.device, bytes + 256);
+  const Workspace ws{static_cast<char*>(buffer.workspace().data) + 16, bytes};
+  const Status st = run(a, ws, Stream());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.to_string().find("aligned to 256 bytes"), std::string::npos) << st.to_string();
+  b.topk_out.download();
+  for (int64_t i = 0; i < b.topk_out.numel(); ++i) {
+    ASSERT_EQ(static_cast<int32_t>(b.topk_out.get_flat(i)), kPoisonWord) << "element " << i;
+  }
+}
+
 }  // namespace
 }  // namespace test
 }  // namespace msa

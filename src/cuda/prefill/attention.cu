@@ -204,6 +204,16 @@ Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream str
   const int64_t lse_s0 = pb.lse.defined() ? pb.lse.strides[0] : 0;
   const int64_t lse_s1 = pb.lse.defined() ? pb.lse.strides[1] : 0;
   if (T == 0) return Status::Ok();
+  // Checked before anything is launched, so that a call that fails writes nothing.
+  const bool copied = kv_copied(pb);
+  if (copied && rows.num_requests * rows.max_blocks > 0x7FFFFFFF) {
+    return detail::not_supported("prefill attention: more than 2^31 request blocks to copy");
+  }
+  if (copied && reinterpret_cast<uintptr_t>(workspace.data) % 256 != 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  "workspace: data must be aligned to 256 bytes (the bf16 K/V copy is read by bulk "
+                  "tensor copies)");
+  }
   if (rows.num_requests > 0) {
     MSA_RETURN_IF_ERROR(launch_tile_plan(rows, tq, offsets, flags, cuda_stream));
   } else {
@@ -230,20 +240,12 @@ Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream str
   const KvCacheView& kv = pb.kv;
   const KvCacheDevice kvd = kv_cache_device(kv);
   CUtensorMap k_map{}, v_map{};
-  prm.kv_copied = kv_copied(pb);
-  if (prm.kv_copied) {
+  prm.kv_copied = copied;
+  if (copied) {
     const int64_t pages = rows.num_requests * rows.max_blocks;
-    if (pages > 0x7FFFFFFF) {
-      return detail::not_supported("prefill attention: more than 2^31 request blocks to copy");
-    }
     auto* k_copy =
         static_cast<uint8_t*>(workspace.data) + detail::align_up(plan_bytes(pb.seq_lens.shape[0]));
     uint8_t* v_copy = k_copy + kv_copy_side_bytes(pb);
-    if (reinterpret_cast<uintptr_t>(workspace.data) % 256 != 0) {
-      return Status(StatusCode::kInvalidArgument,
-                    "workspace: data must be aligned to 256 bytes (the bf16 K/V copy is read by "
-                    "bulk tensor copies)");
-    }
     MSA_RETURN_IF_ERROR(launch_kv_copy(pb, rows, kvd, k_copy, v_copy, cuda_stream));
     const TensorView k_view =
         make_tensor(k_copy, DType::kBF16, {pages, hkv, kAttnKeys, kAttnDim}, kv.k.device);
@@ -298,7 +300,7 @@ Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream str
   const int64_t tiles = max_tiles(T, rows.num_requests, tq);
   if (tiles > 0x7FFFFFFF) return detail::not_supported("prefill attention: too many query tiles");
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(hkv));
-  if (prm.kv_copied) {
+  if (copied) {
     return pb.sparse()
                ? launch<sm90::Mma16::kBF16, false, true>(k_map, v_map, prm, grid, cuda_stream)
                : launch<sm90::Mma16::kBF16, false, false>(k_map, v_map, prm, grid, cuda_stream);
