@@ -432,6 +432,23 @@ inline bool prefill_kv_copied(bool sparse, bool batch_invariant, DType cache_dty
   return pages > 0 && pages * kKvCopyRowsPerPage <= rows;
 }
 
+// The prefill index's twin (src/cuda/prefill/index_scores.cuh, kE4M3Copy): a call with e4m3
+// queries and keys of head dim and block size 128 converts each key page of its requests once
+// into an f16 copy when num_requests * kIndexKeyCopyRowHeads <= heads * rows: the copy (32 KB per
+// request and block) then takes no more workspace than the block maxima (4 bytes per row, head
+// and block), so long prompts take it and batches of short requests convert per tile. Its
+// reservation, min(num_requests, heads * rows / kIndexKeyCopyRowHeads) requests' pages, grows
+// with every capacity.
+constexpr int64_t kIndexKeyCopyRowHeads = 8192;
+
+inline int64_t prefill_index_key_copy_requests(int64_t requests, int64_t heads, int64_t rows) {
+  return std::min(requests, heads * rows / kIndexKeyCopyRowHeads);
+}
+
+inline bool prefill_index_keys_copied(int64_t requests, int64_t heads, int64_t rows) {
+  return requests > 0 && requests * kIndexKeyCopyRowHeads <= heads * rows;
+}
+
 // Whether a prefill attention call that the tensor-core kernel supports takes it under `choice`.
 // By default it does, except sparse attention over e4m3 caches without the per-call copy
 // (kv_copied false): there the tensor-core kernel's e4m3 producer (loads, conversion to bf16,

@@ -1,5 +1,6 @@
 #include "core/validate.h"
 
+#include <cstdint>
 #include <string>
 
 namespace msa {
@@ -208,6 +209,12 @@ Status check_workspace(const Workspace& ws, size_t needed) {
                       (ws.data ? "set" : "null") + "), the op needs " + std::to_string(needed));
   }
   return Status::Ok();
+}
+
+Status check_workspace_aligned(const void* data, const char* reader) {
+  if (reinterpret_cast<uintptr_t>(data) % 256 == 0) return Status::Ok();
+  return Status(StatusCode::kInvalidArgument,
+                std::string("workspace: data must be aligned to 256 bytes (") + reader + ")");
 }
 
 }  // namespace detail

@@ -57,6 +57,9 @@ Status check_error_flags(const TensorView& t, const Device& device);
 Status check_kv_cache(const KvCacheView& c, const char* name, const Device& device);
 // Workspace at least `needed` bytes (and non-null when needed > 0).
 Status check_workspace(const Workspace& ws, size_t needed);
+// Workspace data aligned to 256 bytes as Workspace documents, for a kernel path that needs it
+// (`reader` says which, for the message).
+Status check_workspace_aligned(const void* data, const char* reader);
 
 // Rounds a byte count up to the 256-byte alignment workspace sub-buffers keep.
 constexpr size_t align_up(size_t n) { return (n + 255) / 256 * 256; }

@@ -1561,10 +1561,9 @@ TEST(IndexTopkBadInput, ValuesPrefill) {
   EXPECT_TRUE(st.ok()) << st.to_string();
 }
 
-// Page ids past the cache and negative in a prefill call that takes the CUDA scorer's per-call
-// e4m3 key copy (as PrefillE4m3KeyCopy): flagged, and the restored call runs clean.
-TEST(IndexTopkBadInput, ValuesPrefillE4m3KeyCopy) {
-  MSA_REQUIRE_TEST_DEVICE();
+// A prefill call that takes the CUDA scorer's per-call e4m3 key copy (32 heads x 600 rows over
+// two requests: num_requests * 8192 <= H * T).
+BatchSpec key_copy_spec(uint64_t seed) {
   BatchSpec s;
   s.q_dtype = s.k_dtype = DType::kE4M3;
   s.heads = 32;
@@ -1572,19 +1571,23 @@ TEST(IndexTopkBadInput, ValuesPrefillE4m3KeyCopy) {
   s.query_len = 0;
   s.seq_lens = {700, 429};
   s.q_lens = {300, 300};
-  s.seed = 1410;
-  Batch b = make_batch(s, test_device());
+  s.seed = seed;
+  return s;
+}
+
+// Page ids past the cache and negative in a prefill call that takes the CUDA scorer's per-call
+// e4m3 key copy: flagged, and the restored call runs clean (each check uploads the batch with its
+// flag cleared).
+TEST(IndexTopkBadInput, ValuesPrefillE4m3KeyCopy) {
+  MSA_REQUIRE_TEST_DEVICE();
+  Batch b = make_batch(key_copy_spec(1410), test_device());
   const IndexTopkPrefillArgs a = prefill_args(b);
   const double page = b.block_table.get({1, 2});
   b.block_table.set({1, 2}, static_cast<double>(b.index_cache.shape()[0]));
   expect_bad_value(b, a, kDeviceErrorBlockId, "block id >= num_blocks");
-  b.flags.set_flat(0, 0);
-  b.flags.upload();
   b.block_table.set({1, 2}, -1);
   expect_bad_value(b, a, kDeviceErrorBlockId, "negative block id");
   b.block_table.set({1, 2}, page);
-  b.flags.set_flat(0, 0);
-  b.flags.upload();
   run_and_check_rows(b);
 }
 
@@ -1594,15 +1597,7 @@ TEST(IndexTopkBadInput, ValuesPrefillE4m3KeyCopy) {
 TEST(IndexTopkBadInput, KeyCopyRejectsMisalignedWorkspace) {
   MSA_REQUIRE_TEST_DEVICE();
   if (test_device().is_cpu()) GTEST_SKIP() << "no per-call copy on the CPU backend";
-  BatchSpec s;
-  s.q_dtype = s.k_dtype = DType::kE4M3;
-  s.heads = 32;
-  s.head_dim = 128;
-  s.query_len = 0;
-  s.seq_lens = {700, 429};
-  s.q_lens = {300, 300};
-  s.seed = 1411;
-  Batch b = make_batch(s, test_device());
+  Batch b = make_batch(key_copy_spec(1411), test_device());
   upload_all(b);  // topk_out poisoned
   const IndexTopkPrefillArgs a = prefill_args(b);
   size_t bytes = 0;

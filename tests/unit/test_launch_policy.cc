@@ -654,6 +654,29 @@ TEST(PrefillKernelChoice, DefaultsPerFormAndDtype) {
   EXPECT_FALSE(prefill_index_takes_tensor_cores(PrefillChoice::kSimt));
 }
 
+// The prefill index's per-call f16 key copy: num_requests * 8192 <= heads * rows; its reservation
+// grows with every capacity and covers every call that copies.
+TEST(PrefillKvCopy, IndexKeyChoiceAndReservation) {
+  EXPECT_TRUE(prefill_index_keys_copied(1, 1, 8192));
+  EXPECT_FALSE(prefill_index_keys_copied(1, 1, 8191));
+  EXPECT_TRUE(prefill_index_keys_copied(3, 32, 803));
+  EXPECT_FALSE(prefill_index_keys_copied(0, 1, 65536));
+  EXPECT_EQ(prefill_index_key_copy_requests(256, 1, 8192), 1);
+  EXPECT_EQ(prefill_index_key_copy_requests(2, 32, 300), 1);
+  for (int64_t r : {1, 2, 3, 8, 64}) {
+    for (int64_t h : {1, 2, 32}) {
+      for (int64_t t : {1, 256, 300, 8192, 70000}) {
+        const int64_t here = prefill_index_key_copy_requests(r, h, t);
+        if (prefill_index_keys_copied(r, h, t)) {
+          EXPECT_EQ(here, r);
+        }
+        EXPECT_LE(here, prefill_index_key_copy_requests(r + 1, h, t));
+        EXPECT_LE(here, prefill_index_key_copy_requests(r, h, t + 1));
+      }
+    }
+  }
+}
+
 // The per-call bf16 copy of an e4m3 cache: at least 8 rows per block-table page, sparse calls
 // up to 256 blocks, never batch invariant or 16-bit; its reservation grows with every capacity
 // and covers every call within them that uses it.

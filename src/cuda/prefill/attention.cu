@@ -209,10 +209,9 @@ Status run_attention(const AttentionProblem& pb, Workspace workspace, Stream str
   if (copied && rows.num_requests * rows.max_blocks > 0x7FFFFFFF) {
     return detail::not_supported("prefill attention: more than 2^31 request blocks to copy");
   }
-  if (copied && reinterpret_cast<uintptr_t>(workspace.data) % 256 != 0) {
-    return Status(StatusCode::kInvalidArgument,
-                  "workspace: data must be aligned to 256 bytes (the bf16 K/V copy is read by bulk "
-                  "tensor copies)");
+  if (copied) {
+    MSA_RETURN_IF_ERROR(detail::check_workspace_aligned(
+        workspace.data, "the bf16 K/V copy is read by bulk tensor copies"));
   }
   if (rows.num_requests > 0) {
     MSA_RETURN_IF_ERROR(launch_tile_plan(rows, tq, offsets, flags, cuda_stream));

@@ -78,6 +78,8 @@ Status launch_scores(const void* keys, uint64_t pages, const uint64_t (&byte_str
 }
 
 constexpr size_t kKeyCopyPageBytes = kIndexKeys * kIndexDim * 2;
+static_assert(kKeyCopyPageBytes / sizeof(float) == detail::kIndexKeyCopyRowHeads,
+              "the copy's page takes what 8192 rows x heads of block maxima take");
 
 }  // namespace
 
@@ -106,28 +108,24 @@ bool index_scores_supported(const IndexProblem& pb) {
 
 namespace {
 
-// Rows x heads per request above which a request's key pages are copied: at 8192 the copy (32 KB
-// per request and block) takes at most the block maxima's workspace (4 bytes per row, head and
-// block).
-constexpr int64_t kKeyCopyMinRowHeadsPerRequest = kKeyCopyPageBytes / sizeof(float);
-
+// e4m3 queries and keys of the shapes the copy holds (detail::prefill_index_keys_copied says
+// which calls of them copy).
 bool keys_copy_eligible(const IndexProblem& pb) {
   const bool e4m3 = pb.index_q.dtype == DType::kE4M3 && pb.index_cache.dtype == DType::kE4M3;
   return pb.query_len == 0 && e4m3 && pb.head_dim() == kIndexDim && pb.block_size() == kIndexKeys;
 }
 
-// Whether this call converts its keys once into the copy rather than per tile.
 bool keys_copied(const IndexProblem& pb) {
-  return keys_copy_eligible(pb) && pb.num_requests() > 0 &&
-         pb.num_requests() * kKeyCopyMinRowHeadsPerRequest <= pb.num_heads() * pb.num_rows();
+  return keys_copy_eligible(pb) &&
+         detail::prefill_index_keys_copied(pb.num_requests(), pb.num_heads(), pb.num_rows());
 }
 
 }  // namespace
 
 size_t index_keys_copy_bytes(const IndexProblem& pb) {
   if (!keys_copy_eligible(pb)) return 0;
-  const int64_t requests = std::min<int64_t>(
-      pb.num_requests(), pb.num_heads() * pb.num_rows() / kKeyCopyMinRowHeadsPerRequest);
+  const int64_t requests =
+      detail::prefill_index_key_copy_requests(pb.num_requests(), pb.num_heads(), pb.num_rows());
   return static_cast<size_t>(requests * pb.max_blocks()) * kKeyCopyPageBytes;
 }
 
@@ -151,10 +149,9 @@ Status run_index_scores(const IndexProblem& pb, float* scores, void* workspace, 
   if (copied && copy_pages > 0x7FFFFFFF) {
     return detail::not_supported("index_topk: more than 2^31 request blocks for the key copy");
   }
-  if (copied && reinterpret_cast<uintptr_t>(workspace) % 256 != 0) {
-    return Status(StatusCode::kInvalidArgument,
-                  "workspace: data must be aligned to 256 bytes (the e4m3 key copy is read by "
-                  "bulk tensor copies)");
+  if (copied) {
+    MSA_RETURN_IF_ERROR(detail::check_workspace_aligned(
+        workspace, "the f16 key copy is read by bulk tensor copies"));
   }
   MSA_RETURN_IF_ERROR(launch_tile_plan(rows, tile_tokens, offsets, flags, cuda_stream));
 

@@ -31,13 +31,9 @@ detail::PrefillChoice prefill_choice();
 // computes 128 rows; shorter requests waste most of it) unless the call is batch invariant.
 constexpr int64_t kIndexMinRowsPerRequest = 32;
 bool index_scores_supported(const detail::IndexTopkProblem& pb);
-// Workspace of the per-call f16 copy of the e4m3 index keys (index_scores.cuh, kE4M3Copy). A
-// prefill call with e4m3 queries and keys of head dim and block size 128 converts each key page
-// once into it when num_requests * 8192 <= H * T (the copy's 32 KB per request and block then
-// take no more than the block maxima's 4 bytes per row, head and block), so long prompts take it
-// and batches of short requests keep the per-tile conversion. Reserved for min(num_requests,
-// H * T / 8192) requests, which grows with every capacity (a workspace sized at capacity serves
-// every smaller call, docs/api.md); 0 for other calls.
+// Workspace of the per-call f16 copy of the e4m3 index keys (index_scores.cuh, kE4M3Copy): the
+// reservation of detail::prefill_index_key_copy_requests for prefill calls with e4m3 queries and
+// keys of head dim and block size 128, 0 for others.
 size_t index_keys_copy_bytes(const detail::IndexTopkProblem& pb);
 // Workspace of the scorer beside the block-maxima buffer: its tile plan, then the key copy.
 size_t index_scores_workspace_bytes(const detail::IndexTopkProblem& pb);
