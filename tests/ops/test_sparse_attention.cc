@@ -924,6 +924,36 @@ TEST(SparseAttention, RejectsBadValues) {
     }
 }
 
+// The same checks on prefill shapes that CUDA runs on tensor cores (MSA_CUDA_PREFILL=tc in the
+// CUDA suite): a bf16 cache read by bulk tensor copies, and an e4m3 one read from its per-call
+// bf16 copy. A page outside the cache is dropped for every row and flagged by the producer that
+// resolves it; a top-k id past the row's visible blocks by the walk's union.
+TEST(SparseAttention, PrefillTensorCoreShapesRejectBadValues) {
+  MSA_REQUIRE_TEST_DEVICE();
+  BatchSpec bf16;
+  bf16.form = Form::kPrefill;
+  bf16.seq_lens = {1500, 700};
+  bf16.query_lens = {600, 700};
+  BatchSpec e4m3 = bf16;
+  e4m3.cache_dtype = DType::kE4M3;
+  e4m3.scale_mode = KvScaleMode::kPerLayer;
+  for (const BatchSpec& s : {bf16, e4m3}) {
+    SCOPED_TRACE(dtype_name(s.cache_dtype));
+    {
+      std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
+      attn::set_topk_row(*b, 0, 0, {0, 1});  // row 0 of request 0 sits at position 900
+      b->block_table.set({0, 1}, 1 << 20);
+      b->block_table.upload();
+      expect_value_error(*b, attn::prefill_args(*b), kDeviceErrorBlockId, "block id");
+    }
+    {
+      std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
+      attn::set_topk_row(*b, 0, 1, {7, 11});  // position 901: visible blocks 0..7
+      expect_value_error(*b, attn::prefill_args(*b), kDeviceErrorTopkId, "topk id beyond visible");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace test
 }  // namespace msa
