@@ -41,8 +41,12 @@ constexpr int kTileKeys = 32;
 constexpr int kChunk = 8;  // elements per staging load
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-constexpr int kMaxSplits = 16;
-constexpr int64_t kTargetCtas = 256;      // about two CTAs per SM on an H100/H200
+// Splits fill the GPU with kTargetCtas CTAs: five per SM of an H100/H200, as many as the head-dim
+// 128 instance's 42 KB of shared memory lets an SM hold. A CTA's tile loop is bound by its own
+// latency (staging, then dependent FMAs and shuffles), so the SM needs the warps; and one row at a
+// long context needs many splits (kMaxSplits), or its 32-key tiles run on a few SMs in sequence.
+constexpr int kMaxSplits = 512;
+constexpr int64_t kTargetCtas = 640;
 constexpr int64_t kMinTilesPerSplit = 8;  // 256 keys: below that a split costs more than it saves
 
 struct DenseParams {

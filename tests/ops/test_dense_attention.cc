@@ -50,6 +50,15 @@ std::vector<NamedSpec> dense_specs() {
     v.push_back({"DecodeBatchTp1NhdBf16Out", s});
   }
   {
+    BatchSpec s;  // one decode row at a long context (CUDA: over a hundred splits) and a short
+                  // request, NaN past the lengths
+    s.seq_lens = {30000, 2000};
+    s.query_lens = {1, 2};
+    s.nan_past_len = true;
+    s.seed = 14;
+    v.push_back({"DecodeLongContextManySplits", s});
+  }
+  {
     BatchSpec s;  // TP2 heads, HND, e4m3 per-token-head, speculative-style rows
     s.num_q_heads = 32;
     s.num_kv_heads = 2;
