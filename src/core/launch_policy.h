@@ -506,5 +506,30 @@ inline DecodeStepPath decode_step_path(DecodeStepChoice choice, bool applies, bo
                                                    : DecodeStepPath::kNotSupported;
 }
 
+// ---- Dense attention's split-KV kernels (decode rows, short chunks) ----
+
+// Splits per (row, KV head) of a call with `rows` query rows and `max_tiles` key tiles of block
+// table capacity (src/cuda/dense_attention.cu): enough CTAs to reach kDenseTargetCtas, five per SM
+// of an H100/H200, as many as the head-dim-128 kernel's 42 KB of shared memory lets an SM hold (a
+// CTA's tile loop is bound by its own latency, so the SM needs the warps); each split at least
+// kDenseMinTilesPerSplit tiles (below that a split costs more than it saves); at most
+// kDenseMaxSplits, so that one row at a long context spreads over most SMs (H100,
+// bench/results/2026-12-06-9985e6b-h100-engine-dense-decode.md: 64 rows at 4-16K 729 -> 423 us,
+// one row at 128K 2337 -> 343 us against 256 CTAs and 16 splits). Batch-invariant calls keep a
+// row's keys in one piece. Shapes only, so a captured graph replays any batch of the same shapes.
+constexpr int64_t kDenseTargetCtas = 640;
+constexpr int64_t kDenseMaxSplits = 512;
+constexpr int64_t kDenseMinTilesPerSplit = 8;
+
+inline int dense_split_count(bool batch_invariant, int64_t rows, int64_t kv_heads,
+                             int64_t max_tiles) {
+  if (batch_invariant) return 1;
+  const int64_t ctas = rows * kv_heads;
+  if (ctas <= 0 || ctas >= kDenseTargetCtas) return 1;
+  const int64_t by_fill = (kDenseTargetCtas + ctas - 1) / ctas;
+  const int64_t by_keys = std::max<int64_t>(max_tiles / kDenseMinTilesPerSplit, 1);
+  return static_cast<int>(std::min<int64_t>({by_fill, by_keys, kDenseMaxSplits}));
+}
+
 }  // namespace detail
 }  // namespace msa

@@ -26,6 +26,7 @@
 #include <string>
 
 #include "core/backends.h"
+#include "core/launch_policy.h"
 #include "core/validate.h"
 #include "cuda/common.cuh"
 #include "cuda/kv_cache.cuh"
@@ -41,13 +42,6 @@ constexpr int kTileKeys = 32;
 constexpr int kChunk = 8;  // elements per staging load
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-// Splits fill the GPU with kTargetCtas CTAs: five per SM of an H100/H200, as many as the head-dim
-// 128 instance's 42 KB of shared memory lets an SM hold. A CTA's tile loop is bound by its own
-// latency (staging, then dependent FMAs and shuffles), so the SM needs the warps; and one row at a
-// long context needs many splits (kMaxSplits), or its 32-key tiles run on a few SMs in sequence.
-constexpr int kMaxSplits = 512;
-constexpr int64_t kTargetCtas = 640;
-constexpr int64_t kMinTilesPerSplit = 8;  // 256 keys: below that a split costs more than it saves
 
 struct DenseParams {
   const void* q;
@@ -379,17 +373,12 @@ Status launch_dv(const DenseParams& p, int64_t num_kv_heads, Stream stream) {
   return launch<DV, 4>(p, num_kv_heads, stream);
 }
 
-// Splits per (row, KV head) for a call with `rows` query rows: enough CTAs to fill the GPU, each
-// split at least kMinTilesPerSplit tiles of the block table's key capacity. Shapes only.
+// Splits per (row, KV head) for a call with `rows` query rows (detail::dense_split_count).
 int split_count(const DenseAttentionArgs& args, int64_t rows) {
-  if (args.batch_invariant) return 1;  // a row's keys in one piece, whatever the batch
-  const int64_t ctas = rows * args.kv_cache.num_kv_heads();
-  if (ctas == 0 || ctas >= kTargetCtas) return 1;
   const int64_t max_tiles =
       (args.block_table.shape[1] * args.kv_cache.block_size() + kTileKeys - 1) / kTileKeys;
-  const int64_t by_fill = (kTargetCtas + ctas - 1) / ctas;
-  const int64_t by_keys = std::max<int64_t>(max_tiles / kMinTilesPerSplit, 1);
-  return static_cast<int>(std::min<int64_t>({by_fill, by_keys, kMaxSplits}));
+  return detail::dense_split_count(args.batch_invariant, rows, args.kv_cache.num_kv_heads(),
+                                   max_tiles);
 }
 
 int split_count(const DenseAttentionArgs& args) { return split_count(args, args.q.shape[0]); }
@@ -413,10 +402,10 @@ size_t partial_ml_bytes(const DenseAttentionArgs& args, int splits, int64_t rows
 
 // Fewer rows can mean more splits, so the workspace for a capacity of T rows is the largest need
 // of any call with T' <= T rows: sized once at capacity, it serves every smaller batch. Splits
-// only happen below kTargetCtas CTAs, which bounds the search.
+// only happen below detail::kDenseTargetCtas CTAs, which bounds the search.
 Status workspace_size(const DenseAttentionArgs& args, size_t* bytes) {
   size_t need = 0;
-  const int64_t limit = std::min<int64_t>(args.q.shape[0], kTargetCtas);
+  const int64_t limit = std::min<int64_t>(args.q.shape[0], detail::kDenseTargetCtas);
   for (int64_t rows = 1; rows <= limit; ++rows) {
     const int splits = split_count(args, rows);
     if (splits > 1) {

@@ -752,6 +752,39 @@ TEST(DecodeStepPath, ChainByDefaultPersistentWhereItGivesTheOpsBits) {
   EXPECT_EQ(path(forced, true, true, 1, 1, 16), DecodeStepPath::kNotSupported);
 }
 
+// Dense attention's split-KV kernels: splits fill kDenseTargetCtas CTAs where the table's keys
+// allow (8 tiles of 32 keys a split at least), at most kDenseMaxSplits; one split for batch-
+// invariant calls and for calls that already fill the target.
+TEST(DenseSplitCount, FillsTheTargetWhereTheKeysAllow) {
+  const auto tiles = [](int64_t keys) { return (keys + 31) / 32; };
+  // The engine's decode rows: 64 rows at a 129-column table (16512 keys): 10 splits, 640 CTAs.
+  EXPECT_EQ(dense_split_count(false, 64, 1, tiles(129 * 128)), 10);
+  // One row at 128K: the cap, 512 splits of 8 tiles.
+  EXPECT_EQ(dense_split_count(false, 1, 1, tiles(1025 * 128)), 512);
+  // A short table bounds the splits by its keys.
+  EXPECT_EQ(dense_split_count(false, 1, 1, tiles(3 * 128)), 1);
+  EXPECT_EQ(dense_split_count(false, 1, 1, tiles(40 * 128)), 20);
+  // The target already met, no rows, batch invariant.
+  EXPECT_EQ(dense_split_count(false, 640, 1, tiles(1025 * 128)), 1);
+  EXPECT_EQ(dense_split_count(false, 160, 4, tiles(1025 * 128)), 1);
+  EXPECT_EQ(dense_split_count(false, 0, 1, tiles(1025 * 128)), 1);
+  EXPECT_EQ(dense_split_count(true, 1, 1, tiles(1025 * 128)), 1);
+  // Shapes only: never more CTAs than the target needs, splits never grow with the rows.
+  for (int64_t heads : {1, 2, 8}) {
+    int prev = dense_split_count(false, 1, heads, tiles(4096 * 128));
+    for (int64_t rows = 1; rows <= 700; ++rows) {
+      const int n = dense_split_count(false, rows, heads, tiles(4096 * 128));
+      EXPECT_GE(n, 1);
+      EXPECT_LE(n, kDenseMaxSplits);
+      EXPECT_LE(n, prev) << rows << " rows";
+      if (n > 1) {
+        EXPECT_LT((n - 1) * rows * heads, kDenseTargetCtas) << rows << " rows";
+      }
+      prev = n;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace detail
 }  // namespace msa
