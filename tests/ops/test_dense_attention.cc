@@ -324,8 +324,20 @@ TEST(DenseAttention, RejectsBadArguments) {
   expect_rejected(*b, a, kInvalid, "cache stride");
 }
 
+// A dense call that CUDA runs on the tensor-core kernel over a per-call bf16 copy of its e4m3
+// cache (8 rows or more per block-table page).
+BatchSpec e4m3_copy_spec() {
+  BatchSpec s;
+  s.form = Form::kDense;
+  s.seq_lens = {700, 10};
+  s.query_lens = {300, 1};
+  s.cache_dtype = DType::kE4M3;
+  s.scale_mode = KvScaleMode::kPerLayer;
+  return s;
+}
+
 // Bad values on the split-KV kernels (few rows per request) and, on CUDA, on the tensor-core
-// kernel over a per-call bf16 copy of an e4m3 cache (8 rows or more per block-table page).
+// kernel over a per-call bf16 copy of an e4m3 cache.
 TEST(DenseAttention, RejectsBadValues) {
   MSA_REQUIRE_TEST_DEVICE();
   BatchSpec split;
@@ -334,12 +346,7 @@ TEST(DenseAttention, RejectsBadValues) {
   split.head_dim = 64;
   split.seq_lens = {300, 10};
   split.query_lens = {3, 1};
-  BatchSpec copied;
-  copied.form = Form::kDense;
-  copied.seq_lens = {700, 10};
-  copied.query_lens = {300, 1};
-  copied.cache_dtype = DType::kE4M3;
-  copied.scale_mode = KvScaleMode::kPerLayer;
+  const BatchSpec copied = e4m3_copy_spec();
   struct Case {
     const char* what;
     int64_t bt_col;    // block-table entry of request 0 to break, or -1
@@ -379,13 +386,7 @@ TEST(DenseAttention, RejectsBadValues) {
 TEST(DenseAttention, CopyPathRejectsMisalignedWorkspace) {
   MSA_REQUIRE_TEST_DEVICE();
   if (test::test_device().is_cpu()) GTEST_SKIP() << "no per-call copy on the CPU backend";
-  BatchSpec s;
-  s.form = Form::kDense;
-  s.seq_lens = {700, 10};
-  s.query_lens = {300, 1};
-  s.cache_dtype = DType::kE4M3;
-  s.scale_mode = KvScaleMode::kPerLayer;
-  std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
+  std::unique_ptr<Batch> b = attn::make_batch(e4m3_copy_spec(), test::test_device());
   b->out.fill_bytes(0x3C);
   b->out.upload();
   const DenseAttentionArgs a = attn::dense_args(*b);
