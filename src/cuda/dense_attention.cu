@@ -16,6 +16,8 @@
 // combine kernel merges them in ascending split order. The split count comes from shapes only
 // (rows, KV heads, block-table capacity), so a captured graph replays any batch of the same
 // shapes, and every partial is rewritten on every launch (empty splits write empty partials).
+// Calls with head dim 128 over a 16-bit cache run dense_attention_mma_kernel instead: the same
+// CTAs, splits and partials, with the scores and P.V on tensor cores.
 // Every reduction has a fixed order, so results are bitwise reproducible run to run.
 // Bad values are flagged and skipped: a row whose request is inconsistent (cu_seqlens_q,
 // seq_lens; more rows than seq_len, except for a padded request with seq_len 0) is written as an
@@ -30,6 +32,7 @@
 #include "core/validate.h"
 #include "cuda/common.cuh"
 #include "cuda/kv_cache.cuh"
+#include "cuda/mma.cuh"
 #include "cuda/prefill/prefill.h"
 
 namespace msa {
@@ -342,6 +345,233 @@ __global__ void __launch_bounds__(kThreads) dense_attention_combine_kernel(Dense
   store_final<8>(p, t, hq, lane, m, l, acc, n_acc);
 }
 
+// Tensor-core form of dense_attention_kernel for 16-bit caches at head dim 128 (the same CTAs,
+// splits and partials): the G <= 16 heads of a KV head are the 16 rows of m16n8k16 MMAs whose
+// operands come from global memory straight into registers. Each warp walks every fourth 64-key
+// chunk of the CTA's split with its own online softmax; the four warps' states are merged in
+// shared memory at the end. Fragment layout (lane = 4 r + c): the thread holds Q rows r and r + 8
+// at dims [32c, 32c + 32) and, for the 8-key n-tiles of S, reads key r of each tile at the same
+// dims, so k-step k of Q K^T pairs dims 32c + 4k .. + 3 in both operands (a permutation of the
+// head dim, which the dot product does not see). O's n-tile u, column n holds dim 16 n + u, so
+// P V reads dims [16 r, 16 r + 16) of the thread's four keys of each 16-key group, and the
+// thread's O fragment covers dims [32c, 32c + 32) of rows r and r + 8. Keys past the row's
+// position get P = 0 and zero V (slots past a request's length may hold NaN). P is rounded to
+// the cache's 16-bit type for P V, as the prefill tensor-core kernel does.
+constexpr int kMmaDim = 128;
+constexpr int kMmaChunk = 64;
+
+template <bool kF16>
+__global__ void __launch_bounds__(kThreads) dense_attention_mma_kernel(DenseParams p) {
+  __shared__ float s_o[kWarps][16][kMmaDim + 4];
+  __shared__ float s_m[kWarps][16], s_l[kWarps][16];
+  const int64_t t = blockIdx.x;
+  const int g = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = lane / 4, c = lane % 4;
+  int64_t request, pos;
+  row_info(p, t, &request, &pos);
+
+  // Q rows r and r + 8 (heads of the group; zeros past G), dims [32c, 32c + 32).
+  uint32_t qa[2][16];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int head = r + 8 * h;
+    const bool live = head < p.group && pos >= 0;
+    const uint16_t* src = static_cast<const uint16_t*>(p.q) + t * p.q_s0 +
+                          (int64_t{g} * p.group + head) * p.q_s1 + 32 * c;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint4 v =
+          live ? __ldg(reinterpret_cast<const uint4*>(src) + w) : make_uint4(0, 0, 0, 0);
+      qa[h][4 * w] = v.x;
+      qa[h][4 * w + 1] = v.y;
+      qa[h][4 * w + 2] = v.z;
+      qa[h][4 * w + 3] = v.w;
+    }
+  }
+
+  float o[16][4];
+#pragma unroll
+  for (int u = 0; u < 16; ++u) o[u][0] = o[u][1] = o[u][2] = o[u][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  const int64_t chunks = pos >= 0 ? pos / kMmaChunk + 1 : 0;
+  const int64_t per_split = (chunks + p.splits - 1) / p.splits;
+  const int64_t c_begin = blockIdx.z * per_split;
+  const int64_t c_end = min(chunks, c_begin + per_split);
+  const uint16_t* kc = static_cast<const uint16_t*>(p.kv.k);
+  const uint16_t* vc = static_cast<const uint16_t*>(p.kv.v);
+  for (int64_t ch = c_begin + warp; ch < c_end; ch += kWarps) {
+    const int64_t key0 = ch * kMmaChunk;
+    const int64_t blk = key0 / p.kv.block_size, off0 = key0 % p.kv.block_size;
+    const int32_t page = p.block_table[request * p.bt_s0 + blk * p.bt_s1];
+    if (page < 0 || page >= p.kv.num_blocks) {  // the chunk's keys are left out
+      if (lane == 0) raise_error(p.error_flags, kDeviceErrorBlockId);
+      continue;
+    }
+    const uint16_t* kp = kc + p.kv.k_offset(page, g, off0) + 32 * c;
+    const uint16_t* vp = vc + p.kv.v_offset(page, g, off0) + 16 * r;
+
+    // S = Q K^T over the chunk: 4 groups of 16 keys x 2 n-tiles.
+    float s[4][2][4];
+#pragma unroll
+    for (int grp = 0; grp < 4; ++grp) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const uint4* kr =
+            reinterpret_cast<const uint4*>(kp + (16 * grp + 8 * j + r) * p.kv.k_stride[2]);
+        uint32_t kw[16];
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          const uint4 v = __ldg(kr + w);
+          kw[4 * w] = v.x;
+          kw[4 * w + 1] = v.y;
+          kw[4 * w + 2] = v.z;
+          kw[4 * w + 3] = v.w;
+        }
+        float* d = s[grp][j];
+        d[0] = d[1] = d[2] = d[3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < 8; ++ks) {
+          mma_m16n8k16<kF16>(s[grp][j], qa[0][2 * ks], qa[1][2 * ks], qa[0][2 * ks + 1],
+                             qa[1][2 * ks + 1], kw[2 * ks], kw[2 * ks + 1]);
+        }
+      }
+    }
+    // Online softmax in base 2 over the chunk's visible keys.
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int grp = 0; grp < 4; ++grp) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t key = key0 + 16 * grp + 8 * j + 2 * c + (e & 1);
+          const float x = key <= pos ? s[grp][j][e] * p.scale_log2 : -INFINITY;
+          s[grp][j][e] = x;
+          mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
+      }
+    }
+    float corr[2], neg_m[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      const float m_new = fmaxf(m[h], mx[h]);
+      corr[h] = m_new == -INFINITY ? 1.0f : exp2f(m[h] - m_new);
+      neg_m[h] = m_new == -INFINITY ? 0.0f : -m_new;
+      m[h] = m_new;
+      l[h] *= corr[h];
+    }
+#pragma unroll
+    for (int grp = 0; grp < 4; ++grp) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float pr = exp2f(s[grp][j][e] + neg_m[e >> 1]);
+          s[grp][j][e] = pr;
+          l[e >> 1] += pr;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 16; ++u) {
+      o[u][0] *= corr[0];
+      o[u][1] *= corr[0];
+      o[u][2] *= corr[1];
+      o[u][3] *= corr[1];
+    }
+    // O += P V, one 16-key k-step per group: keys 2c, 2c + 1, 2c + 8, 2c + 9 of the group.
+#pragma unroll
+    for (int grp = 0; grp < 4; ++grp) {
+      const uint32_t a0 = pack2<kF16>(s[grp][0][0], s[grp][0][1]);
+      const uint32_t a1 = pack2<kF16>(s[grp][0][2], s[grp][0][3]);
+      const uint32_t a2 = pack2<kF16>(s[grp][1][0], s[grp][1][1]);
+      const uint32_t a3 = pack2<kF16>(s[grp][1][2], s[grp][1][3]);
+      uint32_t vw[4][8];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int kk = 16 * grp + 2 * c + (i & 1) + 8 * (i >> 1);
+        const bool visible = key0 + kk <= pos;
+        const uint4* vr = reinterpret_cast<const uint4*>(vp + kk * p.kv.v_stride[2]);
+        const uint4 lo = visible ? __ldg(vr) : make_uint4(0, 0, 0, 0);
+        const uint4 hi = visible ? __ldg(vr + 1) : make_uint4(0, 0, 0, 0);
+        vw[i][0] = lo.x;
+        vw[i][1] = lo.y;
+        vw[i][2] = lo.z;
+        vw[i][3] = lo.w;
+        vw[i][4] = hi.x;
+        vw[i][5] = hi.y;
+        vw[i][6] = hi.z;
+        vw[i][7] = hi.w;
+      }
+#pragma unroll
+      for (int u = 0; u < 16; ++u) {
+        const uint32_t sel = (u & 1) ? 0x7632u : 0x5410u;
+        const uint32_t b0 = __byte_perm(vw[0][u / 2], vw[1][u / 2], sel);
+        const uint32_t b1 = __byte_perm(vw[2][u / 2], vw[3][u / 2], sel);
+        mma_m16n8k16<kF16>(o[u], a0, a1, a2, a3, b0, b1);
+      }
+    }
+  }
+
+  // The four warps' states, merged in a fixed order.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    if (c == 0) {
+      s_m[warp][r + 8 * h] = m[h];
+      s_l[warp][r + 8 * h] = l[h];
+    }
+#pragma unroll
+    for (int u = 0; u < 16; ++u) {
+      s_o[warp][r + 8 * h][32 * c + u] = o[u][2 * h];
+      s_o[warp][r + 8 * h][32 * c + 16 + u] = o[u][2 * h + 1];
+    }
+  }
+  __syncthreads();
+  const int head = threadIdx.x / 8, d0 = (threadIdx.x % 8) * 16;
+  if (head >= p.group) return;
+  float mm = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, s_m[w][head]);
+  float wt[kWarps], ll = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    wt[w] = mm == -INFINITY || s_m[w][head] == -INFINITY ? 0.0f : exp2f(s_m[w][head] - mm);
+    ll += wt[w] * s_l[w][head];
+  }
+  float acc[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    acc[i] = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) acc[i] += wt[w] * s_o[w][head][d0 + i];
+  }
+  const int64_t hq = int64_t{g} * p.group + head;
+  if (p.splits == 1) {
+    const bool has_keys = ll > 0.0f;
+    const float inv = has_keys ? 1.0f / ll : 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      store_from_float(p.out, p.out_dtype, t * p.o_s0 + hq * p.o_s1 + d0 + i,
+                       has_keys ? acc[i] * inv : 0.0f);
+    if (p.lse != nullptr && d0 == 0)
+      p.lse[t * p.lse_s0 + hq * p.lse_s1] = has_keys ? mm * kLn2 + logf(ll) : -INFINITY;
+    return;
+  }
+  const int64_t part = (blockIdx.z * p.num_rows + t) * p.num_q_heads + hq;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) p.part_o[part * kMmaDim + d0 + i] = acc[i];
+  if (d0 == 0) {
+    p.part_ml[2 * part] = mm;
+    p.part_ml[2 * part + 1] = ll;
+  }
+}
+
 template <int DV, int HPW>
 Status launch(const DenseParams& p, int64_t num_kv_heads, Stream stream) {
   constexpr int D = DV * 32;
@@ -364,6 +594,30 @@ Status launch(const DenseParams& p, int64_t num_kv_heads, Stream stream) {
   return launch_kernel("dense_attention_combine_kernel", dense_attention_combine_kernel,
                        dim3(blocks_for(p.num_rows * p.num_q_heads, kWarps)), dim3(kThreads), 0,
                        stream_of(stream), p);
+}
+
+Status launch_mma(const DenseParams& p, int64_t num_kv_heads, Stream stream) {
+  const auto kernel = p.q_dtype == DType::kF16 ? dense_attention_mma_kernel<true>
+                                               : dense_attention_mma_kernel<false>;
+  const dim3 grid(static_cast<unsigned int>(p.num_rows), static_cast<unsigned int>(num_kv_heads),
+                  static_cast<unsigned int>(p.splits));
+  MSA_RETURN_IF_ERROR(launch_kernel("dense_attention_mma_kernel", kernel, grid, dim3(kThreads), 0,
+                                    stream_of(stream), p));
+  if (p.splits == 1) return Status::Ok();
+  return launch_kernel("dense_attention_combine_kernel", dense_attention_combine_kernel,
+                       dim3(blocks_for(p.num_rows * p.num_q_heads, kWarps)), dim3(kThreads), 0,
+                       stream_of(stream), p);
+}
+
+// Whether dense_attention_mma_kernel serves a call: head dim 128, at most 16 q heads per KV head,
+// Q and a 16-bit cache of the same type, chunks of 64 keys within a page, and Q, K and V rows
+// that load as 16-byte words.
+bool mma_fits(const DenseAttentionArgs& args, const DenseParams& p) {
+  const DType kt = args.kv_cache.k.dtype;
+  const int64_t qs0 = args.q.strides[0], qs1 = args.q.strides[1];
+  return p.head_dim == kMmaDim && p.group <= 16 && (kt == DType::kBF16 || kt == DType::kF16) &&
+         args.q.dtype == kt && args.q.strides[2] == 1 && p.kv.block_size % kMmaChunk == 0 &&
+         p.vec_kv && is_aligned(args.q.data, 16) && qs0 % 8 == 0 && qs1 % 8 == 0;
 }
 
 template <int DV>
@@ -492,6 +746,7 @@ Status run(const DenseAttentionArgs& args, Workspace workspace, Stream stream) {
                                          partial_o_bytes(args, p.splits));
   }
   if (p.num_rows == 0 || hkv == 0) return Status::Ok();
+  if (mma_fits(args, p)) return launch_mma(p, hkv, stream);
   switch (d) {
     case 64:
       return launch_dv<2>(p, hkv, stream);

@@ -96,6 +96,19 @@ std::vector<NamedSpec> dense_specs() {
     v.push_back({"E4m3NoneF16", s});
   }
   {
+    BatchSpec s;  // f16 decode rows (CUDA: the tensor-core split-KV kernel's f16 instance), a
+                  // negative softmax scale, NaN past the lengths
+    s.seq_lens = {5000, 64, 700};
+    s.query_lens = {1, 1, 3};
+    s.cache_dtype = DType::kF16;
+    s.q_dtype = DType::kF16;
+    s.out_dtype = DType::kF16;
+    s.softmax_scale = -0.06f;
+    s.nan_past_len = true;
+    s.seed = 15;
+    v.push_back({"DecodeF16NegativeScale", s});
+  }
+  {
     // A speculative decode batch in prefill form (spec A8): padded requests (seq_len 0) keep
     // their L rows, which attend to nothing.
     BatchSpec s;
