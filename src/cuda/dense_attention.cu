@@ -13,9 +13,10 @@
 // Split-KV for small batches: when rows * Hkv CTAs cannot fill the GPU, each (row, KV head)
 // is served by `splits` CTAs (blockIdx.z), each over a contiguous range of the row's key
 // tiles; they write unnormalised partials (acc, running max, sum) to the workspace and a
-// combine kernel merges them in ascending split order. The split count comes from shapes only
-// (rows, KV heads, block-table capacity), so a captured graph replays any batch of the same
-// shapes, and every partial is rewritten on every launch (empty splits write empty partials).
+// combine kernel merges them in a fixed order (dense_attention_combine_kernel). The split count
+// comes from shapes only (rows, KV heads, block-table capacity), so a captured graph replays any
+// batch of the same shapes, and every partial is rewritten on every launch (empty splits write
+// empty partials).
 // Calls with head dim 128 over a 16-bit cache run dense_attention_mma_kernel instead: the same
 // CTAs, splits and partials, with the scores and P.V on tensor cores.
 // Every reduction has a fixed order, so results are bitwise reproducible run to run.
@@ -317,29 +318,68 @@ __global__ void __launch_bounds__(kThreads) dense_attention_kernel(DenseParams p
   }
 }
 
-// Merges the split partials of one (row, q head) per warp, in ascending split order.
-__global__ void __launch_bounds__(kThreads) dense_attention_combine_kernel(DenseParams p) {
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (item >= p.num_rows * p.num_q_heads) return;
+// Merges the split partials of one (row, q head) per CTA. The maximum over the splits comes
+// first (exact in any order); then warp w sums the contiguous split range w of kCombineWarps in
+// ascending order, with its loads independent of the running sums so that several are in flight
+// (at one row and 512 splits a single warp's chain of dependent loads took most of the call), and
+// warp 0 adds the warps' sums in ascending warp order: a fixed order, bitwise reproducible.
+constexpr int kCombineWarps = 8;
+constexpr int kCombineThreads = kCombineWarps * 32;
+constexpr int kMaxHeadDim = 256;
+
+__global__ void __launch_bounds__(kCombineThreads) dense_attention_combine_kernel(DenseParams p) {
+  __shared__ float s_m[kCombineWarps], s_l[kCombineWarps];
+  __shared__ float s_acc[kCombineWarps][kMaxHeadDim];
+  const int64_t item = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t t = item / p.num_q_heads, hq = item % p.num_q_heads;
   const int64_t stride = p.num_rows * p.num_q_heads;  // between splits
   float m = -INFINITY;
-  for (int z = 0; z < p.splits; ++z) m = fmaxf(m, p.part_ml[2 * (z * stride + item)]);
+  for (int z = threadIdx.x; z < p.splits; z += kCombineThreads) {
+    m = fmaxf(m, p.part_ml[2 * (z * stride + item)]);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+  if (lane == 0) s_m[warp] = m;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kCombineWarps; ++w) m = fmaxf(m, s_m[w]);
+  const int n_acc = p.head_dim / 32;  // head_dim <= kMaxHeadDim: at most 8 dims per lane
   float l = 0.0f;
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // head_dim <= 256: at most 8 dims per lane
-  const int n_acc = p.head_dim / 32;
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   if (m != -INFINITY) {
-    for (int z = 0; z < p.splits; ++z) {
+    const int per = (p.splits + kCombineWarps - 1) / kCombineWarps;
+    const int z_end = min(p.splits, (warp + 1) * per);
+#pragma unroll 4
+    for (int z = warp * per; z < z_end; ++z) {
       const int64_t part = z * stride + item;
-      const float mz = p.part_ml[2 * part];
+      const float mz = p.part_ml[2 * part], lz = p.part_ml[2 * part + 1];
+      float oz[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        oz[e] = e < n_acc ? p.part_o[part * p.head_dim + lane + 32 * e] : 0.0f;
       if (mz == -INFINITY) continue;  // an empty split adds nothing
       const float w = exp2f(mz - m);
-      l += w * p.part_ml[2 * part + 1];
+      l += w * lz;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        if (e < n_acc) acc[e] += w * p.part_o[part * p.head_dim + lane + 32 * e];
-      }
+      for (int e = 0; e < 8; ++e) acc[e] += w * oz[e];
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    if (e < n_acc) s_acc[warp][lane + 32 * e] = acc[e];
+  }
+  if (lane == 0) s_l[warp] = l;
+  __syncthreads();
+  if (warp != 0) return;
+  l = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
+  for (int w = 0; w < kCombineWarps; ++w) {
+    l += s_l[w];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      if (e < n_acc) acc[e] += s_acc[w][lane + 32 * e];
     }
   }
   store_final<8>(p, t, hq, lane, m, l, acc, n_acc);
@@ -572,6 +612,12 @@ __global__ void __launch_bounds__(kThreads) dense_attention_mma_kernel(DensePara
   }
 }
 
+Status launch_combine(const DenseParams& p, Stream stream) {
+  return launch_kernel("dense_attention_combine_kernel", dense_attention_combine_kernel,
+                       dim3(static_cast<unsigned int>(p.num_rows * p.num_q_heads)),
+                       dim3(kCombineThreads), 0, stream_of(stream), p);
+}
+
 template <int DV, int HPW>
 Status launch(const DenseParams& p, int64_t num_kv_heads, Stream stream) {
   constexpr int D = DV * 32;
@@ -591,9 +637,7 @@ Status launch(const DenseParams& p, int64_t num_kv_heads, Stream stream) {
   MSA_RETURN_IF_ERROR(launch_kernel("dense_attention_kernel", kernel, grid, dim3(kThreads), smem,
                                     stream_of(stream), p));
   if (p.splits == 1) return Status::Ok();
-  return launch_kernel("dense_attention_combine_kernel", dense_attention_combine_kernel,
-                       dim3(blocks_for(p.num_rows * p.num_q_heads, kWarps)), dim3(kThreads), 0,
-                       stream_of(stream), p);
+  return launch_combine(p, stream);
 }
 
 Status launch_mma(const DenseParams& p, int64_t num_kv_heads, Stream stream) {
@@ -604,9 +648,7 @@ Status launch_mma(const DenseParams& p, int64_t num_kv_heads, Stream stream) {
   MSA_RETURN_IF_ERROR(launch_kernel("dense_attention_mma_kernel", kernel, grid, dim3(kThreads), 0,
                                     stream_of(stream), p));
   if (p.splits == 1) return Status::Ok();
-  return launch_kernel("dense_attention_combine_kernel", dense_attention_combine_kernel,
-                       dim3(blocks_for(p.num_rows * p.num_q_heads, kWarps)), dim3(kThreads), 0,
-                       stream_of(stream), p);
+  return launch_combine(p, stream);
 }
 
 // Whether dense_attention_mma_kernel serves a call: head dim 128, at most 16 q heads per KV head,
