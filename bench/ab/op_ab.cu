@@ -21,7 +21,8 @@
 // The optional triple keeps only the cases of that shape (both dtypes, uniform and ragged), e.g.
 // to profile one of them with ncu. MSA_AB_WARM_CODE=1 replays an identical problem on other
 // buffers between the flush and each timed replay (see warm_code_mode). MSA_AB_DTYPE=bf16 or fp8
-// keeps only the cases of that cache dtype.
+// keeps only the cases of that cache dtype. MSA_AB_TOPK=shared gives sparse-prefill a top-k whose
+// neighbouring tokens share blocks (run_prefill).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -581,8 +582,10 @@ bool run_decode_step(const Case& c, cudaStream_t s, const Flush& fl,
 }
 
 // One prompt of c.ctx tokens (no prefix) through prefill attention: dense (layers 0-2) or sparse
-// over a synthetic top-k (the own block and up to 15 other visible blocks at random: neighbouring
-// tokens share few blocks, the sparse kernel's worst case). fp8: e4m3 K/V with per-layer scales.
+// over a synthetic top-k: the own block and up to 15 other visible blocks at random (neighbouring
+// tokens share few blocks, the sparse kernel's worst case), or with MSA_AB_TOPK=shared drawn
+// from a pool of 24 blocks common to each window of 16 tokens (neighbours share most of their
+// blocks, as a trained indexer's do). fp8: e4m3 K/V with per-layer scales.
 bool run_prefill(const Case& c, bool sparse, cudaStream_t s, const Flush& fl) {
   const int nb = c.ctx / kBlock, T = c.ctx, pool = nb + 8;
   const size_t es = c.fp8 ? 1 : 2;
@@ -611,10 +614,24 @@ bool run_prefill(const Case& c, bool sparse, cudaStream_t s, const Flush& fl) {
   if (sparse) {
     std::vector<int32_t> ids(static_cast<size_t>(T) * kTopk, -1);
     std::mt19937 rng(13);
+    const char* topk_env = std::getenv("MSA_AB_TOPK");
+    const bool shared = topk_env != nullptr && std::string(topk_env) == "shared";
+    constexpr int kWindow = 16, kPool = 24;
+    std::vector<int32_t> pool;
     for (int t = 0; t < T; ++t) {
       const int own = t / kBlock;
       std::vector<int32_t> pick{own};
-      for (int j = 0; j < own; ++j) pick.push_back(j);
+      if (shared) {
+        if (t % kWindow == 0) {  // the window's pool: blocks visible to all of its tokens
+          pool.clear();
+          for (int j = 0; j < t / kBlock; ++j) pool.push_back(j);
+          std::shuffle(pool.begin(), pool.end(), rng);
+          pool.resize(std::min<size_t>(pool.size(), kPool));
+        }
+        pick.insert(pick.end(), pool.begin(), pool.end());
+      } else {
+        for (int j = 0; j < own; ++j) pick.push_back(j);
+      }
       std::shuffle(pick.begin() + 1, pick.end(), rng);
       pick.resize(std::min<size_t>(pick.size(), kTopk));
       std::sort(pick.begin(), pick.end());
@@ -896,7 +913,7 @@ int main(int argc, char** argv) {
     std::printf(
         "usage: op_ab [all|index,index-shapes,attention,attention-layer,step,dense-prefill,"
         "sparse-prefill,index-prefill,decode-step]"
-        " [CTX BATCH QLEN] (environment: MSA_AB_DTYPE=bf16|fp8)%s\n",
+        " [CTX BATCH QLEN] (environment: MSA_AB_DTYPE=bf16|fp8, MSA_AB_TOPK=shared)%s\n",
         ops_ok ? " (no case of these ops has that shape)" : "");
     return 2;
   }
