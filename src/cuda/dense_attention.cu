@@ -17,8 +17,9 @@
 // comes from shapes only (rows, KV heads, block-table capacity), so a captured graph replays any
 // batch of the same shapes, and every partial is rewritten on every launch (empty splits write
 // empty partials).
-// Calls with head dim 128 over a 16-bit cache run dense_attention_mma_kernel instead: the same
-// CTAs, splits and partials, with the scores and P.V on tensor cores.
+// Calls with head dim 128 over a 16-bit cache, or an e4m3 one without per-token-head scales, run
+// dense_attention_mma_kernel instead: the same CTAs, splits and partials, with the scores and
+// P.V on tensor cores.
 // Every reduction has a fixed order, so results are bitwise reproducible run to run.
 // Bad values are flagged and skipped: a row whose request is inconsistent (cu_seqlens_q,
 // seq_lens; more rows than seq_len, except for a padded request with seq_len 0) is written as an
@@ -27,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "core/backends.h"
 #include "core/launch_policy.h"
@@ -396,11 +398,23 @@ __global__ void __launch_bounds__(kCombineThreads) dense_attention_combine_kerne
 // P V reads dims [16 r, 16 r + 16) of the thread's four keys of each 16-key group, and the
 // thread's O fragment covers dims [32c, 32c + 32) of rows r and r + 8. Keys past the row's
 // position get P = 0 and zero V (slots past a request's length may hold NaN). P is rounded to
-// the cache's 16-bit type for P V, as the prefill tensor-core kernel does.
+// the MMA type (Q's) for P V, as the prefill tensor-core kernel does. kE4M3: an e4m3 cache
+// (without per-token-head scales), each thread reading 32 bytes of K and 16 of V and converting
+// them exactly to Q's 16-bit type; a per-layer K scale multiplies the logits and V's the output.
 constexpr int kMmaDim = 128;
 constexpr int kMmaChunk = 64;
 
-template <bool kF16>
+// e4m3 elements 2 kHigh and 2 kHigh + 1 of w as a pair of the MMA type, exactly.
+template <bool kF16, bool kHigh>
+__device__ __forceinline__ uint32_t e4m3_pair(uint32_t w) {
+  if constexpr (kF16) {
+    return e4m3x2_to_f16x2<kHigh>(w);
+  } else {
+    return e4m3x2_to_bf16x2(kHigh ? w >> 16 : w);
+  }
+}
+
+template <bool kF16, bool kE4M3>
 __global__ void __launch_bounds__(kThreads) dense_attention_mma_kernel(DenseParams p) {
   __shared__ float s_o[kWarps][16][kMmaDim + 4];
   __shared__ float s_m[kWarps][16], s_l[kWarps][16];
@@ -434,13 +448,21 @@ __global__ void __launch_bounds__(kThreads) dense_attention_mma_kernel(DensePara
 #pragma unroll
   for (int u = 0; u < 16; ++u) o[u][0] = o[u][1] = o[u][2] = o[u][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float logit_scale = p.scale_log2, out_scale = 1.0f;
+  if constexpr (kE4M3) {
+    if (p.kv.scale_mode == KvScaleMode::kPerLayer) {
+      logit_scale *= p.kv.k_scale[0];
+      out_scale = p.kv.v_scale[0];
+    }
+  }
 
   const int64_t chunks = pos >= 0 ? pos / kMmaChunk + 1 : 0;
   const int64_t per_split = (chunks + p.splits - 1) / p.splits;
   const int64_t c_begin = blockIdx.z * per_split;
   const int64_t c_end = min(chunks, c_begin + per_split);
-  const uint16_t* kc = static_cast<const uint16_t*>(p.kv.k);
-  const uint16_t* vc = static_cast<const uint16_t*>(p.kv.v);
+  using Elem = std::conditional_t<kE4M3, uint8_t, uint16_t>;
+  const Elem* kc = static_cast<const Elem*>(p.kv.k);
+  const Elem* vc = static_cast<const Elem*>(p.kv.v);
   for (int64_t ch = c_begin + warp; ch < c_end; ch += kWarps) {
     const int64_t key0 = ch * kMmaChunk;
     const int64_t blk = key0 / p.kv.block_size, off0 = key0 % p.kv.block_size;
@@ -449,8 +471,8 @@ __global__ void __launch_bounds__(kThreads) dense_attention_mma_kernel(DensePara
       if (lane == 0) raise_error(p.error_flags, kDeviceErrorBlockId);
       continue;
     }
-    const uint16_t* kp = kc + p.kv.k_offset(page, g, off0) + 32 * c;
-    const uint16_t* vp = vc + p.kv.v_offset(page, g, off0) + 16 * r;
+    const Elem* kp = kc + p.kv.k_offset(page, g, off0) + 32 * c;
+    const Elem* vp = vc + p.kv.v_offset(page, g, off0) + 16 * r;
 
     // S = Q K^T over the chunk: 4 groups of 16 keys x 2 n-tiles.
     float s[4][2][4];
@@ -460,14 +482,27 @@ __global__ void __launch_bounds__(kThreads) dense_attention_mma_kernel(DensePara
       for (int j = 0; j < 2; ++j) {
         const uint4* kr =
             reinterpret_cast<const uint4*>(kp + (16 * grp + 8 * j + r) * p.kv.k_stride[2]);
-        uint32_t kw[16];
+        uint32_t kw[16];  // dims 32c + 2q, + 1 in word q
+        if constexpr (kE4M3) {
 #pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          const uint4 v = __ldg(kr + w);
-          kw[4 * w] = v.x;
-          kw[4 * w + 1] = v.y;
-          kw[4 * w + 2] = v.z;
-          kw[4 * w + 3] = v.w;
+          for (int w = 0; w < 2; ++w) {
+            const uint4 v = __ldg(kr + w);
+            const uint32_t e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              kw[8 * w + 2 * i] = e4m3_pair<kF16, false>(e[i]);
+              kw[8 * w + 2 * i + 1] = e4m3_pair<kF16, true>(e[i]);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int w = 0; w < 4; ++w) {
+            const uint4 v = __ldg(kr + w);
+            kw[4 * w] = v.x;
+            kw[4 * w + 1] = v.y;
+            kw[4 * w + 2] = v.z;
+            kw[4 * w + 3] = v.w;
+          }
         }
         float* d = s[grp][j];
         d[0] = d[1] = d[2] = d[3] = 0.0f;
@@ -487,7 +522,7 @@ __global__ void __launch_bounds__(kThreads) dense_attention_mma_kernel(DensePara
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int64_t key = key0 + 16 * grp + 8 * j + 2 * c + (e & 1);
-          const float x = key <= pos ? s[grp][j][e] * p.scale_log2 : -INFINITY;
+          const float x = key <= pos ? s[grp][j][e] * logit_scale : -INFINITY;
           s[grp][j][e] = x;
           mx[e >> 1] = fmaxf(mx[e >> 1], x);
         }
@@ -536,16 +571,26 @@ __global__ void __launch_bounds__(kThreads) dense_attention_mma_kernel(DensePara
         const int kk = 16 * grp + 2 * c + (i & 1) + 8 * (i >> 1);
         const bool visible = key0 + kk <= pos;
         const uint4* vr = reinterpret_cast<const uint4*>(vp + kk * p.kv.v_stride[2]);
-        const uint4 lo = visible ? __ldg(vr) : make_uint4(0, 0, 0, 0);
-        const uint4 hi = visible ? __ldg(vr + 1) : make_uint4(0, 0, 0, 0);
-        vw[i][0] = lo.x;
-        vw[i][1] = lo.y;
-        vw[i][2] = lo.z;
-        vw[i][3] = lo.w;
-        vw[i][4] = hi.x;
-        vw[i][5] = hi.y;
-        vw[i][6] = hi.z;
-        vw[i][7] = hi.w;
+        if constexpr (kE4M3) {  // dims 16r .. 16r + 15 in one word
+          const uint4 v = visible ? __ldg(vr) : make_uint4(0, 0, 0, 0);
+          const uint32_t e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            vw[i][2 * q] = e4m3_pair<kF16, false>(e[q]);
+            vw[i][2 * q + 1] = e4m3_pair<kF16, true>(e[q]);
+          }
+        } else {
+          const uint4 lo = visible ? __ldg(vr) : make_uint4(0, 0, 0, 0);
+          const uint4 hi = visible ? __ldg(vr + 1) : make_uint4(0, 0, 0, 0);
+          vw[i][0] = lo.x;
+          vw[i][1] = lo.y;
+          vw[i][2] = lo.z;
+          vw[i][3] = lo.w;
+          vw[i][4] = hi.x;
+          vw[i][5] = hi.y;
+          vw[i][6] = hi.z;
+          vw[i][7] = hi.w;
+        }
       }
 #pragma unroll
       for (int u = 0; u < 16; ++u) {
@@ -568,8 +613,8 @@ __global__ void __launch_bounds__(kThreads) dense_attention_mma_kernel(DensePara
     }
 #pragma unroll
     for (int u = 0; u < 16; ++u) {
-      s_o[warp][r + 8 * h][32 * c + u] = o[u][2 * h];
-      s_o[warp][r + 8 * h][32 * c + 16 + u] = o[u][2 * h + 1];
+      s_o[warp][r + 8 * h][32 * c + u] = o[u][2 * h] * out_scale;
+      s_o[warp][r + 8 * h][32 * c + 16 + u] = o[u][2 * h + 1] * out_scale;
     }
   }
   __syncthreads();
@@ -641,8 +686,12 @@ Status launch(const DenseParams& p, int64_t num_kv_heads, Stream stream) {
 }
 
 Status launch_mma(const DenseParams& p, int64_t num_kv_heads, Stream stream) {
-  const auto kernel = p.q_dtype == DType::kF16 ? dense_attention_mma_kernel<true>
-                                               : dense_attention_mma_kernel<false>;
+  const bool f16 = p.q_dtype == DType::kF16, e4m3 = p.kv.dtype == DType::kE4M3;
+  const auto kernel =
+      e4m3
+          ? (f16 ? dense_attention_mma_kernel<true, true> : dense_attention_mma_kernel<false, true>)
+          : (f16 ? dense_attention_mma_kernel<true, false>
+                 : dense_attention_mma_kernel<false, false>);
   const dim3 grid(static_cast<unsigned int>(p.num_rows), static_cast<unsigned int>(num_kv_heads),
                   static_cast<unsigned int>(p.splits));
   MSA_RETURN_IF_ERROR(launch_kernel("dense_attention_mma_kernel", kernel, grid, dim3(kThreads), 0,
@@ -652,14 +701,22 @@ Status launch_mma(const DenseParams& p, int64_t num_kv_heads, Stream stream) {
 }
 
 // Whether dense_attention_mma_kernel serves a call: head dim 128, at most 16 q heads per KV head,
-// Q and a 16-bit cache of the same type, chunks of 64 keys within a page, and Q, K and V rows
-// that load as 16-byte words.
+// Q and a 16-bit cache of the same type, or an e4m3 cache without per-token-head scales and a
+// bf16 or f16 Q; chunks of 64 keys within a page, and Q, K and V rows that load as 16-byte words.
 bool mma_fits(const DenseAttentionArgs& args, const DenseParams& p) {
-  const DType kt = args.kv_cache.k.dtype;
+  const DType kt = args.kv_cache.k.dtype, qt = args.q.dtype;
   const int64_t qs0 = args.q.strides[0], qs1 = args.q.strides[1];
-  return p.head_dim == kMmaDim && p.group <= 16 && (kt == DType::kBF16 || kt == DType::kF16) &&
-         args.q.dtype == kt && args.q.strides[2] == 1 && p.kv.block_size % kMmaChunk == 0 &&
-         p.vec_kv && is_aligned(args.q.data, 16) && qs0 % 8 == 0 && qs1 % 8 == 0;
+  const bool q16 = qt == DType::kBF16 || qt == DType::kF16;
+  bool cache_ok = (kt == DType::kBF16 || kt == DType::kF16) && qt == kt && p.vec_kv;
+  if (kt == DType::kE4M3 && q16 && p.kv.scale_mode != KvScaleMode::kPerTokenHead) {
+    cache_ok = is_aligned(args.kv_cache.k.data, 16) && is_aligned(args.kv_cache.v.data, 16);
+    for (int i = 0; i < 3; ++i) {
+      cache_ok = cache_ok && p.kv.k_stride[i] % 16 == 0 && p.kv.v_stride[i] % 16 == 0;
+    }
+  }
+  return p.head_dim == kMmaDim && p.group <= 16 && cache_ok && args.q.strides[2] == 1 &&
+         p.kv.block_size % kMmaChunk == 0 && is_aligned(args.q.data, 16) && qs0 % 8 == 0 &&
+         qs1 % 8 == 0;
 }
 
 template <int DV>

@@ -109,6 +109,18 @@ std::vector<NamedSpec> dense_specs() {
     v.push_back({"DecodeF16NegativeScale", s});
   }
   {
+    BatchSpec s;  // e4m3 decode rows with per-layer scales and bf16 q (CUDA: the tensor-core
+                  // split-KV kernel's e4m3 instance), many splits, NaN past the lengths, HND
+    s.seq_lens = {20000, 129, 3000};
+    s.query_lens = {1, 2, 1};
+    s.cache_dtype = DType::kE4M3;
+    s.scale_mode = KvScaleMode::kPerLayer;
+    s.layout = Layout::kSplitHnd;
+    s.nan_past_len = true;
+    s.seed = 16;
+    v.push_back({"DecodeE4m3PerLayerHnd", s});
+  }
+  {
     // A speculative decode batch in prefill form (spec A8): padded requests (seq_len 0) keep
     // their L rows, which attend to nothing.
     BatchSpec s;
