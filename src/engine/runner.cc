@@ -645,47 +645,63 @@ Status ModelRunner::Impl::sample_fidelity(int layer, const Batch& b, int64_t t,
   const float kv_scale = o.kv_dtype == DType::kE4M3 ? kv_scale_for_layer(layer) : 1.0f;
   const double scale = o.model.effective_softmax_scale();
 
+  // Heads in parallel, each with its own scratch and sums; the sums are added in head order
+  // afterwards, so the sample does not depend on the thread count.
+  std::vector<double> head_err2(static_cast<size_t>(Hq)), head_ref2(static_cast<size_t>(Hq));
+  std::vector<double> head_mass(static_cast<size_t>(Hq));
+  const Status st = detail::parallel_for(Hq, stream(), [&](int64_t h_begin, int64_t h_end, int) {
+    std::vector<double> logits(static_cast<size_t>(p + 1));
+    std::vector<double> acc(static_cast<size_t>(D));
+    std::vector<char> selected(static_cast<size_t>(nblocks));
+    for (int64_t hh = h_begin; hh < h_end; ++hh) {
+      const int h = static_cast<int>(hh);
+      const int g = h / group;
+      std::fill(selected.begin(), selected.end(), 0);
+      for (int k = 0; k < K; ++k) {
+        const int32_t id = sel[static_cast<size_t>(g * K + k)];
+        if (id >= 0 && id < nblocks) selected[static_cast<size_t>(id)] = 1;
+      }
+      double mx = -1e300;
+      for (int64_t j = 0; j <= p; ++j) {
+        const int64_t base = ((j / bs) * Hkv + g) * bs * 2 * D + (j % bs) * 2 * D;
+        double dot = 0.0;
+        for (int d = 0; d < D; ++d) {
+          dot += static_cast<double>(bf16_to_float(q[static_cast<size_t>(h * D + d)])) *
+                 element_to_float(pages.data(), base + d, o.kv_dtype) * kv_scale;
+        }
+        logits[static_cast<size_t>(j)] = dot * scale;
+        mx = std::max(mx, dot * scale);
+      }
+      double sum = 0.0, in_sel = 0.0;
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j = 0; j <= p; ++j) {
+        const double w = std::exp(logits[static_cast<size_t>(j)] - mx);
+        sum += w;
+        if (selected[static_cast<size_t>(j / bs)]) in_sel += w;
+        const int64_t base = ((j / bs) * Hkv + g) * bs * 2 * D + (j % bs) * 2 * D + D;
+        for (int d = 0; d < D; ++d) {
+          acc[static_cast<size_t>(d)] +=
+              w * element_to_float(pages.data(), base + d, o.kv_dtype) * kv_scale;
+        }
+      }
+      double err2 = 0.0, ref2 = 0.0;
+      for (int d = 0; d < D; ++d) {
+        const double ref = acc[static_cast<size_t>(d)] / sum;
+        const double diff = o_sparse[static_cast<size_t>(h * D + d)] - ref;
+        err2 += diff * diff;
+        ref2 += ref * ref;
+      }
+      head_err2[static_cast<size_t>(h)] = err2;
+      head_ref2[static_cast<size_t>(h)] = ref2;
+      head_mass[static_cast<size_t>(h)] = in_sel / sum;
+    }
+  });
+  if (!st.ok()) return st;
   double err2 = 0.0, ref2 = 0.0, mass = 0.0;
-  std::vector<double> logits(static_cast<size_t>(p + 1));
-  std::vector<double> acc(static_cast<size_t>(D));
-  std::vector<char> selected(static_cast<size_t>(nblocks));
   for (int h = 0; h < Hq; ++h) {
-    const int g = h / group;
-    std::fill(selected.begin(), selected.end(), 0);
-    for (int k = 0; k < K; ++k) {
-      const int32_t id = sel[static_cast<size_t>(g * K + k)];
-      if (id >= 0 && id < nblocks) selected[static_cast<size_t>(id)] = 1;
-    }
-    double mx = -1e300;
-    for (int64_t j = 0; j <= p; ++j) {
-      const int64_t base = ((j / bs) * Hkv + g) * bs * 2 * D + (j % bs) * 2 * D;
-      double dot = 0.0;
-      for (int d = 0; d < D; ++d) {
-        dot += static_cast<double>(bf16_to_float(q[static_cast<size_t>(h * D + d)])) *
-               element_to_float(pages.data(), base + d, o.kv_dtype) * kv_scale;
-      }
-      logits[static_cast<size_t>(j)] = dot * scale;
-      mx = std::max(mx, dot * scale);
-    }
-    double sum = 0.0, in_sel = 0.0;
-    std::fill(acc.begin(), acc.end(), 0.0);
-    for (int64_t j = 0; j <= p; ++j) {
-      const double w = std::exp(logits[static_cast<size_t>(j)] - mx);
-      sum += w;
-      if (selected[static_cast<size_t>(j / bs)]) in_sel += w;
-      const int64_t base = ((j / bs) * Hkv + g) * bs * 2 * D + (j % bs) * 2 * D + D;
-      for (int d = 0; d < D; ++d) {
-        acc[static_cast<size_t>(d)] +=
-            w * element_to_float(pages.data(), base + d, o.kv_dtype) * kv_scale;
-      }
-    }
-    for (int d = 0; d < D; ++d) {
-      const double ref = acc[static_cast<size_t>(d)] / sum;
-      const double diff = o_sparse[static_cast<size_t>(h * D + d)] - ref;
-      err2 += diff * diff;
-      ref2 += ref * ref;
-    }
-    mass += in_sel / sum;
+    err2 += head_err2[static_cast<size_t>(h)];
+    ref2 += head_ref2[static_cast<size_t>(h)];
+    mass += head_mass[static_cast<size_t>(h)];
   }
   fs->layer = layer;
   fs->position = p;

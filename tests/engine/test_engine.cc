@@ -128,6 +128,26 @@ TEST(Engine, FidelitySamplesCoverRowsBeyondTopkReach) {
   }
 }
 
+// The host reference of a fidelity sample runs its heads in parallel; the sample's bits must not
+// depend on how many threads share them.
+TEST(Engine, FidelitySamplesDoNotDependOnThreads) {
+  const auto reqs = small_workload(3);
+  EngineOptions o = small_engine(reqs);
+  o.runner.fidelity_rows_per_step = 2;
+  o.runner.threads = 1;
+  const RunResult one = run(o, reqs);
+  o.runner.threads = 3;
+  const RunResult three = run(o, reqs);
+  ASSERT_FALSE(one.samples.empty());
+  ASSERT_EQ(one.samples.size(), three.samples.size());
+  for (size_t i = 0; i < one.samples.size(); ++i) {
+    EXPECT_EQ(one.samples[i].layer, three.samples[i].layer);
+    EXPECT_EQ(one.samples[i].position, three.samples[i].position);
+    EXPECT_EQ(one.samples[i].rel_error, three.samples[i].rel_error) << "sample " << i;
+    EXPECT_EQ(one.samples[i].selected_mass, three.samples[i].selected_mass) << "sample " << i;
+  }
+}
+
 // Checks that every step timed its indexer (when `indexer`) and attention in the stages of the
 // row kinds it had, and left those of a kind it lacked at 0; returns whether the run had both
 // a step of decode and prefill rows and a decode-only step.
