@@ -616,19 +616,19 @@ bool run_prefill(const Case& c, bool sparse, cudaStream_t s, const Flush& fl) {
     std::mt19937 rng(13);
     const char* topk_env = std::getenv("MSA_AB_TOPK");
     const bool shared = topk_env != nullptr && std::string(topk_env) == "shared";
-    constexpr int kWindow = 16, kPool = 24;
-    std::vector<int32_t> pool;
+    constexpr int kWindow = 16, kWindowBlocks = 24;
+    std::vector<int32_t> window_blocks;  // the current window's shared blocks
     for (int t = 0; t < T; ++t) {
       const int own = t / kBlock;
       std::vector<int32_t> pick{own};
       if (shared) {
-        if (t % kWindow == 0) {  // the window's pool: blocks visible to all of its tokens
-          pool.clear();
-          for (int j = 0; j < t / kBlock; ++j) pool.push_back(j);
-          std::shuffle(pool.begin(), pool.end(), rng);
-          pool.resize(std::min<size_t>(pool.size(), kPool));
+        if (t % kWindow == 0) {  // blocks visible to all of the window's tokens
+          window_blocks.clear();
+          for (int j = 0; j < t / kBlock; ++j) window_blocks.push_back(j);
+          std::shuffle(window_blocks.begin(), window_blocks.end(), rng);
+          window_blocks.resize(std::min<size_t>(window_blocks.size(), kWindowBlocks));
         }
-        pick.insert(pick.end(), pool.begin(), pool.end());
+        pick.insert(pick.end(), window_blocks.begin(), window_blocks.end());
       } else {
         for (int j = 0; j < own; ++j) pick.push_back(j);
       }
