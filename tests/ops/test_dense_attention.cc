@@ -361,8 +361,9 @@ BatchSpec e4m3_copy_spec() {
   return s;
 }
 
-// Bad values on the split-KV kernels (few rows per request) and, on CUDA, on the tensor-core
-// kernel over a per-call bf16 copy of an e4m3 cache.
+// Bad values on the split-KV kernels (few rows per request: on CUDA the CUDA-core kernel at head
+// dim 64, the m16n8k16 one at 128 over bf16 and over e4m3 with a per-layer scale) and, on CUDA,
+// on the tensor-core prefill kernel over a per-call bf16 copy of an e4m3 cache.
 TEST(DenseAttention, RejectsBadValues) {
   MSA_REQUIRE_TEST_DEVICE();
   BatchSpec split;
@@ -371,18 +372,31 @@ TEST(DenseAttention, RejectsBadValues) {
   split.head_dim = 64;
   split.seq_lens = {300, 10};
   split.query_lens = {3, 1};
-  const BatchSpec copied = e4m3_copy_spec();
+  BatchSpec split_mma = split;
+  split_mma.head_dim = 128;
+  BatchSpec split_mma_e4m3 = split_mma;
+  split_mma_e4m3.cache_dtype = DType::kE4M3;
+  split_mma_e4m3.scale_mode = KvScaleMode::kPerLayer;
+  struct Spec {
+    const char* name;
+    BatchSpec spec;
+  };
+  const Spec specs[] = {{"split, head dim 64", split},
+                        {"split, head dim 128", split_mma},
+                        {"split, head dim 128, e4m3", split_mma_e4m3},
+                        {"e4m3 copy", e4m3_copy_spec()}};
   struct Case {
     const char* what;
     int64_t bt_col;    // block-table entry of request 0 to break, or -1
     int64_t seq_len0;  // 0: past the block table
     int32_t bit;
   };
-  for (const BatchSpec& s : {split, copied}) {
+  for (const Spec& sp : specs) {
+    const BatchSpec& s = sp.spec;
     for (const Case& c : {Case{"block id", 1, s.seq_lens[0], kDeviceErrorBlockId},
                           Case{"seq_len beyond table", -1, 0, kDeviceErrorSeqLen},
                           Case{"rows > seq_len", -1, 2, kDeviceErrorQueryLen}}) {
-      SCOPED_TRACE(std::string(c.what) + (s.cache_dtype == DType::kE4M3 ? ", e4m3 copy" : ""));
+      SCOPED_TRACE(std::string(c.what) + ", " + sp.name);
       std::unique_ptr<Batch> b = attn::make_batch(s, test::test_device());
       if (c.bt_col >= 0) {
         b->block_table.set({0, c.bt_col}, -3);
