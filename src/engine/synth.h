@@ -140,11 +140,32 @@ MSA_ENGINE_HD uint32_t float_bits(float f) {
 #endif
 }
 
-// Order-sensitive 64-bit digest of a row of floats (their exact bits).
-MSA_ENGINE_HD uint64_t row_digest(const float* row, int n) {
-  uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a over 32-bit words, then a full mix
-  for (int i = 0; i < n; ++i) h = (h ^ float_bits(row[i])) * 0x100000001B3ull;
+// Order-sensitive 64-bit digest of a row of floats (their exact bits): FNV-1a over each of
+// kDigestLanes interleaved strands (strand j: words j, j + kDigestLanes, ...), then FNV-1a over
+// the strands' hashes in strand order, then a full mix. Strands, not one chain over the row, so
+// that a warp's lanes hash a row together with coalesced loads (one chain of a 64-bit multiply
+// per word made the device's digests the longest stage of a CUDA run).
+constexpr int kDigestLanes = 32;
+constexpr uint64_t kFnvBasis = 0xCBF29CE484222325ull, kFnvPrime = 0x100000001B3ull;
+
+// The FNV-1a hash of strand j of a row of n floats.
+MSA_ENGINE_HD uint64_t row_strand_digest(const float* row, int n, int j) {
+  uint64_t h = kFnvBasis;
+  for (int i = j; i < n; i += kDigestLanes) h = (h ^ float_bits(row[i])) * kFnvPrime;
+  return h;
+}
+
+// The row digest from its strands' hashes (strand[0 .. kDigestLanes)).
+MSA_ENGINE_HD uint64_t combine_strand_digests(const uint64_t* strand) {
+  uint64_t h = kFnvBasis;
+  for (int j = 0; j < kDigestLanes; ++j) h = (h ^ strand[j]) * kFnvPrime;
   return mix64(h);
+}
+
+MSA_ENGINE_HD uint64_t row_digest(const float* row, int n) {
+  uint64_t strand[kDigestLanes];
+  for (int j = 0; j < kDigestLanes; ++j) strand[j] = row_strand_digest(row, n, j);
+  return combine_strand_digests(strand);
 }
 
 // Folds one layer's row digest into a token's running digest.

@@ -42,11 +42,20 @@ __global__ void synthesize_rows_kernel(uint64_t seed, synth::RowShape shape, int
   }
 }
 
+// One warp per row: lane j hashes strand j (synth::row_strand_digest, coalesced across the
+// warp), lane 0 gathers the strands in order and folds the row's digest.
 __global__ void fold_digests_kernel(const float* out, int64_t T, int row_len, int layer,
                                     uint64_t* digests) {
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= T) return;
-  digests[t] = synth::fold_digest(digests[t], synth::row_digest(out + t * row_len, row_len), layer);
+  static_assert(synth::kDigestLanes == 32, "one strand per lane");
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (t >= T) return;  // warp-uniform
+  const uint64_t mine = synth::row_strand_digest(out + t * row_len, row_len, lane);
+  uint64_t strand[synth::kDigestLanes];
+  for (int j = 0; j < synth::kDigestLanes; ++j) strand[j] = __shfl_sync(0xFFFFFFFFu, mine, j);
+  if (lane == 0) {
+    digests[t] = synth::fold_digest(digests[t], synth::combine_strand_digests(strand), layer);
+  }
 }
 
 Status launch_status(const char* what) {
@@ -71,7 +80,8 @@ Status launch_synthesize_rows(uint64_t seed, const synth::RowShape& shape, int l
 
 Status launch_fold_digests(const float* out, int64_t T, int row_len, int layer, uint64_t* digests) {
   if (T == 0) return Status::Ok();
-  const auto blocks = static_cast<unsigned>((T + kThreads - 1) / kThreads);
+  constexpr int kRowsPerBlock = kThreads / 32;
+  const auto blocks = static_cast<unsigned>((T + kRowsPerBlock - 1) / kRowsPerBlock);
   fold_digests_kernel<<<blocks, kThreads>>>(out, T, row_len, layer, digests);
   return launch_status("fold_digests_kernel");
 }
