@@ -298,7 +298,7 @@ struct RunArgs {
   int max_batch_tokens = 0, kv_blocks = 0, fidelity_rows = 2;
   double arrival_rate = 0.0, spec_accept = 0.0, progress_interval = 5.0;
   uint64_t seed = 0;
-  bool compare_dense = false, quiet = false, batch_invariant = false;
+  bool compare_dense = false, quiet = false, batch_invariant = false, topk_union = false;
 
   bool given(const std::string& name) const { return app->count(name) > 0; }
 };
@@ -417,6 +417,13 @@ CLI::App* add_run_command(CLI::App& msa_app, RunArgs* a) {
                 "fidelity (relative error, selected probability mass) of sparse rows")
       ->disable_flag_override()
       ->group(output);
+  run->add_flag("--topk-union", a->topk_union,
+                "count the distinct blocks that the prefill rows of aligned windows of\n"
+                "4, 8, 16 and 32 positions select together (the blocks a sparse prefill\n"
+                "tile over them reads), from every prefill index op (read back: readback\n"
+                "stage)")
+      ->disable_flag_override()
+      ->group(output);
   run->add_option("--fidelity-rows", a->fidelity_rows,
                   "rows per step compared with host dense attention (default 2)")
       ->type_name("N")
@@ -477,6 +484,7 @@ int cmd_run(const RunArgs& a, const std::string& command) {
   eo.runner.index_dtype = dtype_of(a.index_dtype);
   eo.runner.threads = a.threads;
   eo.runner.batch_invariant = a.batch_invariant;
+  eo.runner.topk_union = a.topk_union;
   const std::string& backend = a.backend;
   const bool gpu = msa::built_with_cuda() && msa::cuda_device_count() > 0;
   if (backend == "cuda" && !msa::built_with_cuda()) {
@@ -527,6 +535,7 @@ int cmd_run(const RunArgs& a, const std::string& command) {
     eng::EngineOptions d = eo;
     d.runner.dense_everywhere = true;
     d.runner.fidelity_rows_per_step = 0;
+    d.runner.topk_union = false;
     Progress progress(mode, "dense", a.progress_interval);
     s = eng::run_engine(
         d, requests, [&](const eng::Progress& pr) { progress.update(pr); }, &dense);
@@ -559,6 +568,7 @@ int cmd_run(const RunArgs& a, const std::string& command) {
   ctx.workload_source = source;
   ctx.arrival_rate = wo.arrival_rate;
   ctx.batch_invariant = eo.runner.batch_invariant;
+  ctx.topk_union = eo.runner.topk_union;
   const json::Json report = eng::build_report(ctx, run, compare ? &dense : nullptr);
   if (a.given("--report")) {
     s = eng::write_file_atomic(report_path, json::dump(report, 1) + "\n");

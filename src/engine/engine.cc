@@ -122,6 +122,7 @@ Status run_engine(const EngineOptions& opts, const std::vector<RequestSpec>& req
     res.processed_tokens += rec.tokens;
     res.invariant_op_calls += step_out.invariant_op_calls;
     res.variant_op_calls += step_out.variant_op_calls;
+    res.topk_union.add(step_out.topk_union);
     for (auto& fs : step_out.samples) res.samples.push_back(fs);
 
     const int64_t before = [&]() {

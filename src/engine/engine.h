@@ -69,6 +69,7 @@ struct RunResult {
   // as RunnerOptions::batch_invariant says.
   int64_t invariant_op_calls = 0;
   int64_t variant_op_calls = 0;
+  TopkUnion topk_union;  // with RunnerOptions::topk_union
 };
 
 // After every step. Prompt tokens count as progress too, so that a long prefill moves it:

@@ -218,6 +218,22 @@ json::Json build_report(const ReportContext& c, const RunResult& r, const RunRes
   spec["acceptance_rate"] =
       r.draft_proposed > 0 ? static_cast<double>(r.draft_accepted) / r.draft_proposed : 0.0;
   sum["speculative"] = std::move(spec);
+  if (c.topk_union) {
+    const TopkUnion& u = r.topk_union;
+    json::Json tu = json::Json::object();
+    tu["rows"] = u.rows;
+    tu["mean_selected"] = u.rows > 0 ? static_cast<double>(u.selected) / u.rows : 0.0;
+    json::Json windows = json::Json::array();
+    for (int w = 0; w < kUnionWindowCount; ++w) {
+      json::Json o = json::Json::object();
+      o["positions"] = kUnionWindows[w];
+      o["windows"] = u.windows[w];
+      o["mean_blocks"] = u.windows[w] > 0 ? static_cast<double>(u.blocks[w]) / u.windows[w] : 0.0;
+      windows.push_back(std::move(o));
+    }
+    tu["windows"] = std::move(windows);
+    sum["topk_union"] = std::move(tu);
+  }
   rep["summary"] = std::move(sum);
 
   json::Json reqs = json::Json::array();
@@ -403,6 +419,17 @@ std::string format_summary(const json::Json& rep) {
        << ival(spec, "draft_tokens_proposed")
        << fmt(" drafts accepted (%.2f)\n", num(spec, "acceptance_rate"));
   }
+  const json::Json* tu = json::find(s, "topk_union");
+  if (tu != nullptr) {
+    os << "  top-k union " << fmt("%.1f", num(*tu, "mean_selected"))
+       << " blocks a prefill row; distinct blocks of aligned windows of";
+    const json::Json& windows = member(*tu, "windows");
+    for (size_t i = 0; i < windows.size(); ++i) {
+      os << (i == 0 ? " " : ", ") << ival(windows[i], "positions") << " positions "
+         << fmt("%.1f", num(windows[i], "mean_blocks"));
+    }
+    os << " (" << ival(*tu, "rows") << " rows)\n";
+  }
   const json::Json* cmp = json::find(rep, "compare_dense");
   if (cmp != nullptr) {
     const json::Json& fid = member(*cmp, "fidelity");
@@ -573,6 +600,23 @@ Status validate_report(const json::Json& rep) {
   r.integer(spec, "summary.speculative", "draft_tokens_proposed");
   r.integer(spec, "summary.speculative", "draft_tokens_accepted");
   r.number(spec, "summary.speculative", "acceptance_rate");
+  if (json::find(sum, "topk_union") != nullptr) {
+    const json::Json& tu = r.object(sum, "summary", "topk_union");
+    r.integer(tu, "summary.topk_union", "rows");
+    r.number(tu, "summary.topk_union", "mean_selected");
+    const json::Json* windows = r.array(tu, "summary.topk_union", "windows");
+    if (windows != nullptr) {
+      for (size_t i = 0; i < windows->size(); ++i) {
+        const std::string at = "summary.topk_union.windows." + std::to_string(i);
+        if (!(*windows)[i].is_object()) {
+          return Status(StatusCode::kParseError,
+                        "not an msa run report: '" + at + "' is no object");
+        }
+        r.integer((*windows)[i], at, "positions");
+        r.number((*windows)[i], at, "mean_blocks");
+      }
+    }
+  }
   const json::Json* steps = r.array(rep, top, "steps");
   if (steps != nullptr) {
     for (size_t i = 0; i < steps->size(); ++i) {

@@ -30,6 +30,7 @@ struct ReportContext {
   int spec_tokens = 0;
   double spec_accept = 0.0;
   bool batch_invariant = false;
+  bool topk_union = false;      // --topk-union: the run gathered RunResult::topk_union
   std::string workload_source;  // "uniform" or the trace path
   double arrival_rate = 0.0;
 };

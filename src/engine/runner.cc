@@ -170,6 +170,7 @@ struct ModelRunner::Impl {
   struct HasBatchInvariant : std::false_type {};
   template <typename Args>
   struct HasBatchInvariant<Args, std::void_t<decltype(Args::batch_invariant)>> : std::true_type {};
+  TopkUnion topk_union;  // this step's, with o.topk_union
   int invariant_op_calls = 0;
   int variant_op_calls = 0;
 
@@ -195,6 +196,7 @@ struct ModelRunner::Impl {
   Status run_layer(int layer, const Batch& b, int64_t T, std::vector<FidelitySample>* samples);
   Status digest_layer(int layer, int64_t T);
   Status sample_fidelity(int layer, const Batch& b, int64_t row, FidelitySample* out);
+  Status count_topk_union(const Batch& b, int64_t ndt, int64_t npt);
 };
 
 std::vector<BufferSpec> ModelRunner::Impl::buffers(const RunnerOptions& o,
@@ -540,6 +542,7 @@ Status ModelRunner::Impl::run_layer(int layer, const Batch& b, int64_t T,
         ia.seq_lens = seq_lens.slice(0, nd, np);
         ia.topk_out = topk.slice(1, ndt, max_t - ndt);
         ENGINE_RETURN_IF_ERROR(run_op(ia, kStageIndexerPrefill, "index top-k (prefill)"));
+        if (o.topk_union) ENGINE_RETURN_IF_ERROR(count_topk_union(b, ndt, npt));
       }
     }
     if (nd > 0) {
@@ -601,6 +604,30 @@ Status ModelRunner::Impl::run_layer(int layer, const Batch& b, int64_t T,
       return s;
     }
     samples->push_back(fs);
+  }
+  clock.stop(kStageReadback);
+  return Status::Ok();
+}
+
+// The prefill rows' top-k of every index head (rows [ndt, ndt + npt) of the step, requests from
+// b.num_decodes on, in order), read back and counted on the host.
+Status ModelRunner::Impl::count_topk_union(const Batch& b, int64_t ndt, int64_t npt) {
+  const int K = o.model.sparse_topk_blocks;
+  std::vector<int32_t> rows(static_cast<size_t>(npt * K));
+  clock.start(kStageReadback);
+  for (int h = 0; h < o.shape.num_index_heads; ++h) {
+    const Status s = mem.download(
+        rows.data(), topk.ptr<int32_t>() + (h * o.max_batch_tokens + ndt) * K, rows.size() * 4);
+    if (!s.ok()) {
+      clock.stop(kStageReadback);
+      return s;
+    }
+    int64_t first = 0;
+    for (size_t r = static_cast<size_t>(b.num_decodes); r < b.requests.size(); ++r) {
+      const BatchRequest& req = b.requests[r];
+      add_request_rows(rows.data() + first * K, K, req.start, req.num_rows, &topk_union);
+      first += req.num_rows;
+    }
   }
   clock.stop(kStageReadback);
   return Status::Ok();
@@ -771,6 +798,7 @@ Status ModelRunner::execute(const Batch& b, StepOutput* out) {
   out->samples.clear();
   im.invariant_op_calls = 0;
   im.variant_op_calls = 0;
+  im.topk_union = TopkUnion{};
   ENGINE_RETURN_IF_ERROR(im.prepare_step(b, &T));
   for (int l = 0; l < static_cast<int>(im.layers.size()); ++l) {
     ENGINE_RETURN_IF_ERROR(im.run_layer(l, b, T, &out->samples));
@@ -785,6 +813,7 @@ Status ModelRunner::execute(const Batch& b, StepOutput* out) {
   out->digests = im.digests;
   out->invariant_op_calls = im.invariant_op_calls;
   out->variant_op_calls = im.variant_op_calls;
+  out->topk_union = im.topk_union;
   return im.clock.collect(&out->stages);
 }
 

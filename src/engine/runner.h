@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/device.h"
+#include "engine/topk_stats.h"
 #include "msa/config.h"
 #include "msa/types.h"
 
@@ -34,6 +35,9 @@ struct RunnerOptions {
   // depend on the other requests of its steps (on CUDA; the CPU backend always is invariant).
   bool batch_invariant = false;
   int fidelity_rows_per_step = 0;  // rows compared with host dense attention (0 = none)
+  // Gathers TopkUnion from the top-k of every prefill index op (read back to the host: the
+  // readback stage).
+  bool topk_union = false;
 };
 
 // One request of a step: rows at positions [start, start + num_rows).
@@ -64,6 +68,7 @@ struct StepOutput {
   std::vector<uint64_t> digests;  // per row, every layer's output folded in
   StageTimes stages{};
   std::vector<FidelitySample> samples;
+  TopkUnion topk_union;  // with RunnerOptions::topk_union
   // Attention and index op calls of the step with batch_invariant set, and without it.
   int invariant_op_calls = 0;
   int variant_op_calls = 0;

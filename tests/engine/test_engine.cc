@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/runner.h"
+#include "engine/topk_stats.h"
 #include "engine_test_util.h"
 
 namespace msa {
@@ -126,6 +127,71 @@ TEST(Engine, FidelitySamplesCoverRowsBeyondTopkReach) {
     EXPECT_GT(f.selected_mass, 0.0);
     EXPECT_LE(f.selected_mass, 1.0 + 1e-9);
   }
+}
+
+// Windows are aligned to multiples of their width, cut where the rows end, and count each
+// block once however many rows (or entries of one row) select it; -1 entries are empty.
+TEST(TopkUnion, CountsDistinctBlocksOfAlignedWindows) {
+  // Rows at positions 6 .. 17, top-2 each: row i selects blocks {i / 4, 9} (row 8 also -1).
+  const int64_t start = 6, n = 12;
+  std::vector<int32_t> topk;
+  for (int64_t i = 0; i < n; ++i) {
+    topk.push_back(static_cast<int32_t>((start + i) / 4));
+    topk.push_back(start + i == 8 ? -1 : 9);
+  }
+  TopkUnion u;
+  add_request_rows(topk.data(), 2, start, n, &u);
+  EXPECT_EQ(u.rows, 12);
+  EXPECT_EQ(u.selected, 23);  // row 8 selects one block
+  // Width 4: 6-7 {1, 9}, 8-11 {2, 9}, 12-15 {3, 9}, 16-17 {4, 9}.
+  EXPECT_EQ(u.windows[0], 4);
+  EXPECT_EQ(u.blocks[0], 8);
+  // Width 8: 6-7 {1, 9}, 8-15 {2, 3, 9}, 16-17 {4, 9}.
+  EXPECT_EQ(u.windows[1], 3);
+  EXPECT_EQ(u.blocks[1], 2 + 3 + 2);
+  // Width 16: 6-15 {1, 2, 3, 9}, 16-17 {4, 9}.
+  EXPECT_EQ(u.windows[2], 2);
+  EXPECT_EQ(u.blocks[2], 4 + 2);
+  // Width 32: 6-17 {1, 2, 3, 4, 9}.
+  EXPECT_EQ(u.windows[3], 1);
+  EXPECT_EQ(u.blocks[3], 5);
+  // A block repeated within a row counts once.
+  const std::vector<int32_t> repeated = {3, 3, 3, -1};
+  TopkUnion v;
+  add_request_rows(repeated.data(), 4, 0, 1, &v);
+  EXPECT_EQ(v.selected, 1);
+  EXPECT_EQ(v.blocks[3], 1);
+}
+
+// --topk-union reads back every prefill index op's top-k: each row selects at most top-k blocks,
+// a window at least as many as its rows do on average and at most rows x top-k, wider windows at
+// least as many as narrower ones; the outputs do not change.
+TEST(Engine, TopkUnionCountsEveryPrefillRowOfComputeLayers) {
+  const auto reqs = small_workload(3);
+  EngineOptions o = small_engine(reqs);
+  const RunResult plain = run(o, reqs);
+  o.runner.topk_union = true;
+  const RunResult r = run(o, reqs);
+  EXPECT_EQ(checksums(r), checksums(plain));
+  int compute_layers = 0;
+  for (LayerKind k : r.plan) compute_layers += k == LayerKind::kSparseCompute;
+  int64_t prompt_rows = 0;
+  for (const auto& q : reqs) prompt_rows += q.prompt_tokens;
+  const TopkUnion& u = r.topk_union;
+  EXPECT_EQ(u.rows, prompt_rows * compute_layers * o.runner.shape.num_index_heads);
+  const int K = o.runner.model.sparse_topk_blocks;
+  EXPECT_GT(u.selected, 0);
+  EXPECT_LE(u.selected, u.rows * K);
+  double prev = 0.0;
+  for (int w = 0; w < kUnionWindowCount; ++w) {
+    ASSERT_GT(u.windows[w], 0);
+    const double mean = static_cast<double>(u.blocks[w]) / static_cast<double>(u.windows[w]);
+    EXPECT_GE(mean, prev);
+    EXPECT_LE(u.blocks[w], u.rows * K);
+    EXPECT_GE(u.blocks[w] * kUnionWindows[w], u.selected);
+    prev = mean;
+  }
+  EXPECT_EQ(plain.topk_union.rows, 0);
 }
 
 // The host reference of a fidelity sample runs its heads in parallel; the sample's bits must not

@@ -149,6 +149,37 @@ std::string compare_summary(const RunResult& sparse, const RunResult& dense) {
   return format_summary(compare_report(sparse, dense));
 }
 
+TEST(ReportSummary, TopkUnionOnlyWhenGathered) {
+  RunResult r = one_step_run(300.0, 800.0, 3000);
+  r.topk_union.rows = 10;
+  r.topk_union.selected = 150;
+  for (int w = 0; w < kUnionWindowCount; ++w) {
+    r.topk_union.windows[w] = 2;
+    r.topk_union.blocks[w] = 40 + 10 * w;
+  }
+  ReportContext ctx;
+  ctx.model = ModelConfig::minimax_m3();
+  EXPECT_EQ(json::find(build_report(ctx, r, nullptr)["summary"], "topk_union"), nullptr);
+  ctx.topk_union = true;
+  const json::Json rep = build_report(ctx, r, nullptr);
+  const json::Json& tu = rep["summary"]["topk_union"];
+  EXPECT_EQ(tu["rows"].get<int64_t>(), 10);
+  EXPECT_DOUBLE_EQ(tu["mean_selected"].get<double>(), 15.0);
+  EXPECT_EQ(tu["windows"][2]["positions"].get<int64_t>(), 16);
+  EXPECT_DOUBLE_EQ(tu["windows"][3]["mean_blocks"].get<double>(), 35.0);
+  EXPECT_TRUE(validate_report(rep).ok()) << validate_report(rep).to_string();
+  const std::string text = format_summary(rep);
+  const std::string line =
+      "  top-k union 15.0 blocks a prefill row; distinct blocks of aligned windows of 4 "
+      "positions 20.0, 8 positions 25.0, 16 positions 30.0, 32 positions 35.0 (10 rows)";
+  EXPECT_NE(text.find(line), std::string::npos) << text;
+  json::Json bad = rep;
+  bad["summary"]["topk_union"]["windows"][0].erase("mean_blocks");
+  const Status s = validate_report(bad);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("summary.topk_union.windows.0"), std::string::npos) << s.message();
+}
+
 TEST(ReportSummary, StagesAreSplitByRowKind) {
   const json::Json rep =
       compare_report(one_step_run(300.0, 800.0, 3000), one_step_run(0.0, 1000.0, 3000));
