@@ -12,9 +12,10 @@ Stages (each a CUDA graph of one op call, median of several replays, CUDA events
   index   msa.index_topk_prefill (block scores + top-16)
   sparse  msa.sparse_attention_prefill over the index stage's top-k
   dense   msa.dense_attention (layers 0-2)
-Stages run with MSA_CUDA_PREFILL=tc (the tensor-core kernels); each of index / sparse / dense
-also runs with MSA_CUDA_PREFILL=simt ("prev": the CUDA-core kernels) where that should take at
-most --prev-max-seconds.
+Stages run with the library's default kernel choice (the tensor-core kernels wherever they are
+the faster, docs/api.md; --kernels tc forces them everywhere, as MSA_CUDA_PREFILL=tc does); each
+of index / sparse / dense also runs with MSA_CUDA_PREFILL=simt ("prev": the CUDA-core kernels)
+where that should take at most --prev-max-seconds.
 
 Useful TFLOP/s counts only the causal, visible work: index 2 * 128 per visible key per row;
 sparse 4 * 128 * 16 per visible key in the row's selected blocks; dense 4 * 128 * 16 per visible
@@ -79,6 +80,9 @@ def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
     p.add_argument("--prev-max-seconds", type=float, default=0.4,
                    help="time the previous kernels only where a call should take at most this "
                    "long (from the work and their rates measured at 6a9b1ee)")
+    p.add_argument("--kernels", choices=["default", "tc"], default="default",
+                   help="the stages' kernel choice: the library's default, or the tensor-core "
+                   "kernels wherever they apply (MSA_CUDA_PREFILL=tc)")
     p.add_argument("--out", default="bench/results/prefill-latest")
     p.add_argument("--skip-peers", action="store_true")
     p.add_argument("--shared-blocks", action="store_true",
@@ -127,13 +131,24 @@ def time_call(fn: Callable[[], Any], iters: int, seconds: float) -> dict:
     return {"median_us": statistics.median(ts), "min_us": min(ts), "n": n, "mode": mode}
 
 
+def set_kernels(choice: str) -> None:
+    """MSA_CUDA_PREFILL for the stages: unset for the library's default, else the choice."""
+    if choice == "default":
+        os.environ.pop("MSA_CUDA_PREFILL", None)
+    else:
+        os.environ["MSA_CUDA_PREFILL"] = choice
+
+
+KERNELS = ["default"]  # the stages' choice (--kernels), restored after each "prev" call
+
+
 def with_prev(fn: Callable[[], Any]) -> Callable[[], Any]:
     def run() -> None:
         os.environ["MSA_CUDA_PREFILL"] = "simt"
         try:
             fn()
         finally:
-            os.environ["MSA_CUDA_PREFILL"] = "tc"
+            set_kernels(KERNELS[0])
     return run
 
 
@@ -449,13 +464,15 @@ def main(argv: Optional[list] = None) -> int:
     args = parse_args(argv)
     import msa
 
-    os.environ["MSA_CUDA_PREFILL"] = "tc"
+    KERNELS[0] = args.kernels
+    set_kernels(args.kernels)
 
     os.makedirs(args.out, exist_ok=True)
     env = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
            "commit": os.environ.get("MSA_GIT_COMMIT") or git_commit(),
            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:])}
+           "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
+           "kernels": args.kernels}
     log(f"prefill_bench on {env['gpu']} at {env['commit']}")
     ceilings = {"bf16": matmul_ceiling(False)}
     try:
