@@ -484,6 +484,22 @@ class ReportShape {
     int64_t i = 0;
     if (v != nullptr && !json::exact_int(*v, &i)) fail(where, key, "an integer");
   }
+  // An array of objects at `key`: each element, named where.key.i, must be an object, and
+  // each(element, name) checks its members.
+  template <typename Each>
+  void objects(const json::Json& parent, const std::string& where, const std::string& key,
+               Each&& each) {
+    const json::Json* a = array(parent, where, key);
+    for (size_t i = 0; a != nullptr && i < a->size() && status_.ok(); ++i) {
+      const std::string at = where + "." + key + "." + std::to_string(i);
+      if (!(*a)[i].is_object()) {
+        status_ =
+            Status(StatusCode::kParseError, "not an msa run report: '" + at + "' is no object");
+        return;
+      }
+      each((*a)[i], at);
+    }
+  }
   // A distribution(): count, and p50..mean when count > 0.
   void distribution(const json::Json& parent, const std::string& where, const std::string& key) {
     const json::Json& d = object(parent, where, key);
@@ -604,31 +620,14 @@ Status validate_report(const json::Json& rep) {
     const json::Json& tu = r.object(sum, "summary", "topk_union");
     r.integer(tu, "summary.topk_union", "rows");
     r.number(tu, "summary.topk_union", "mean_selected");
-    const json::Json* windows = r.array(tu, "summary.topk_union", "windows");
-    if (windows != nullptr) {
-      for (size_t i = 0; i < windows->size(); ++i) {
-        const std::string at = "summary.topk_union.windows." + std::to_string(i);
-        if (!(*windows)[i].is_object()) {
-          return Status(StatusCode::kParseError,
-                        "not an msa run report: '" + at + "' is no object");
-        }
-        r.integer((*windows)[i], at, "positions");
-        r.number((*windows)[i], at, "mean_blocks");
-      }
-    }
+    r.objects(tu, "summary.topk_union", "windows", [&](const json::Json& o, const std::string& at) {
+      r.integer(o, at, "positions");
+      r.number(o, at, "mean_blocks");
+    });
   }
-  const json::Json* steps = r.array(rep, top, "steps");
-  if (steps != nullptr) {
-    for (size_t i = 0; i < steps->size(); ++i) {
-      const std::string at = "steps." + std::to_string(i);
-      if (!(*steps)[i].is_object()) {
-        return Status(StatusCode::kParseError, "not an msa run report: '" + at + "' is no object");
-      }
-      for (const char* k : {"max_context", "latency_ms", "prefill_tokens"}) {
-        r.number((*steps)[i], at, k);
-      }
-    }
-  }
+  r.objects(rep, top, "steps", [&](const json::Json& o, const std::string& at) {
+    for (const char* k : {"max_context", "latency_ms", "prefill_tokens"}) r.number(o, at, k);
+  });
   if (json::find(rep, "compare_dense") != nullptr) {
     const json::Json& cmp = r.object(rep, top, "compare_dense");
     r.number(cmp, "compare_dense", "speedup");

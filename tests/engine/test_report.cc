@@ -178,6 +178,15 @@ TEST(ReportSummary, TopkUnionOnlyWhenGathered) {
   const Status s = validate_report(bad);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("summary.topk_union.windows.0"), std::string::npos) << s.message();
+  json::Json not_object = rep;
+  not_object["summary"]["topk_union"]["windows"][1] = 3;
+  const Status n = validate_report(not_object);
+  EXPECT_NE(n.message().find("'summary.topk_union.windows.1' is no object"), std::string::npos)
+      << n.message();
+  json::Json bad_step = rep;
+  bad_step["steps"][0] = json::Json::array();
+  const Status b = validate_report(bad_step);
+  EXPECT_NE(b.message().find("'report.steps.0' is no object"), std::string::npos) << b.message();
 }
 
 TEST(ReportSummary, StagesAreSplitByRowKind) {
