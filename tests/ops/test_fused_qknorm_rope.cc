@@ -763,6 +763,43 @@ TEST(FusedQkNormRope, ResultsIndependentOfThreadCount) {
   }
 }
 
+// The norm weights and the cos/sin table as strided views of padded fp32 buffers (NaN between the
+// elements) holding the same values as the contiguous ones: the op honours their strides, and
+// every output is the same bits as with contiguous tables.
+TEST(FusedQkNormRope, StridedTablesGiveTheSameBits) {
+  MSA_REQUIRE_TEST_DEVICE();
+  FusedCase c = tp_case(4, 33);
+  c.q_out = true;
+  c.index_q_out = true;
+  c.padding_rows = true;
+  const Fixture contiguous = run_on(c, test_device(), 1);
+  verify(contiguous);
+  Fixture fx = make_fixture(c, test_device());
+  auto strided = [&](const TestTensor& t) {
+    std::vector<int64_t> strides(t.shape().size());
+    int64_t elems = 1;
+    for (size_t i = strides.size(); i-- > 0;) {
+      strides[i] = 2 * elems;
+      elems *= t.shape()[i] * 2;
+    }
+    TestTensor out(DType::kF32, t.shape(), strides, elems, fx.device);
+    out.fill_bytes(0xFF);  // NaN between the values: a read of the padding would show
+    for (int64_t i = 0; i < t.numel(); ++i) out.set_flat(i, t.get_flat(i));
+    out.upload();
+    return out;
+  };
+  fx.cos_sin = strided(fx.cos_sin);
+  fx.q_w = strided(fx.q_w);
+  fx.k_w = strided(fx.k_w);
+  fx.iq_w = strided(fx.iq_w);
+  fx.ik_w = strided(fx.ik_w);
+  fx.poison_outputs();
+  const Status st = run_fixture(fx, 1);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  fx.download_all();
+  expect_same_results(contiguous, fx, /*bitwise=*/true);
+}
+
 // ---- Bad inputs --------------------------------------------------------------------------
 
 // A valid sparse call; each bad-input test breaks one thing and checks that the call fails
