@@ -12,7 +12,10 @@ namespace msa {
 // out / lse within each backend's documented arithmetic (docs/numerics.md). attention.topk is
 // index.topk_out (the same view: one index head per KV head), and both halves describe the same
 // decode batch (query_len, seq_lens, error_flags the same views); each half keeps its own block
-// table (index-cache pages, main-cache pages).
+// table (index-cache pages, main-cache pages). A bad value inside a tensor of either half is the
+// step's: on the CPU it returns kOutOfRange and writes nothing but its error bit (the top-k rows
+// wait in the workspace until the attention half has passed, so topk_out too stays as it was),
+// on CUDA the kernels skip the bad item and set the bit (docs/api.md).
 //
 // On CUDA the launch policy (core/launch_policy.h, decode_step_takes_persistent) runs small
 // batches as one persistent kernel (docs/decode_step.md): the same top-k bits and, for the

@@ -30,6 +30,7 @@
 
 #include "msa/attention.h"
 #include "msa/cache.h"
+#include "msa/decode_step.h"
 #include "msa/fused_qknorm_rope.h"
 #include "msa/indexer.h"
 #include "msa/metadata.h"
@@ -126,6 +127,9 @@ struct Call {
   std::function<Status()> check;
   std::function<Status(size_t*)> workspace_size;
   std::function<Status(Workspace, Stream)> run;
+  // Views that an op's arguments must share (the decode step's halves), copied from the fields
+  // that own them once the buffers exist; `in` may break one link on purpose.
+  std::function<void(Input&)> link;
 
   void add(const std::string& name, TensorView* v, bool present, bool writable, Role role,
            int64_t lo = 0, int64_t hi = 0) {
@@ -206,6 +210,7 @@ struct AllArgs {
   BatchMetadataArgs metadata;
   FusedQkNormRopeArgs fused;
   RopeCacheArgs rope;
+  SparseDecodeStepArgs step;
 };
 
 void build_page16(Input& in, AllArgs& all, Call* c) {
@@ -280,8 +285,11 @@ void build_index_prefill(Input& in, AllArgs& all, Call* c) {
 }
 
 // The fields shared by the three attention forms.
+// `own_batch` false leaves seq_lens and error_flags to Call::link (the decode step's attention
+// half shares its index half's).
 template <typename Args>
-void add_attention_common(Input& in, Args& a, Call* c, const Geometry& g, int64_t T) {
+void add_attention_common(Input& in, Args& a, Call* c, const Geometry& g, int64_t T,
+                          bool own_batch = true) {
   a.softmax_scale = in.pick({0.0f, 0.125f});
   a.q = view(g.q_dtype, {T, g.kv_heads * g.group, g.head_dim});
   add_kv_cache(c, &a.kv_cache, g);
@@ -292,10 +300,12 @@ void add_attention_common(Input& in, Args& a, Call* c, const Geometry& g, int64_
   a.error_flags = view(DType::kI32, {1});
   c->add("q", &a.q, true, false, Role::kData);
   c->add("block_table", &a.block_table, true, false, Role::kPage, 0, g.num_blocks - 1);
-  c->add("seq_lens", &a.seq_lens, true, false, Role::kSeqLen, 0, g.max_blocks * g.block_size);
+  if (own_batch) {
+    c->add("seq_lens", &a.seq_lens, true, false, Role::kSeqLen, 0, g.max_blocks * g.block_size);
+  }
   c->add("out", &a.out, true, true, Role::kData);
   c->add("lse", &a.lse, !in.rare(3), true, Role::kData);
-  c->add("error_flags", &a.error_flags, !in.rare(4), true, Role::kFlags);
+  if (own_batch) c->add("error_flags", &a.error_flags, !in.rare(4), true, Role::kFlags);
   c->floats.push_back(
       {"softmax_scale", [&a](double v) { a.softmax_scale = static_cast<float>(v); }});
 }
@@ -309,6 +319,35 @@ void build_attn_decode(Input& in, AllArgs& all, Call* c) {
   a.topk = view(DType::kI32, {g.kv_heads, T, g.topk});
   c->add("topk", &a.topk, true, false, Role::kTopk, -1, g.max_blocks - 1);
   c->ints.push_back({"query_len", [&a](int64_t v) { a.query_len = static_cast<int>(v); }});
+  bind(c, &a);
+}
+
+// The decode step: an index half and an attention half over one batch. The attention half's
+// top-k, seq_lens and error_flags are its index half's views (linked after mutation, so a
+// garbled index view is garbled in both), except when the input breaks one link, which check()
+// must reject.
+void build_decode_step(Input& in, AllArgs& all, Call* c) {
+  const Geometry g = read_geometry(in, false);
+  SparseDecodeStepArgs& a = all.step;
+  const int64_t T = g.requests * g.query_len;
+  a.index.query_len = static_cast<int>(g.query_len);
+  a.attention.query_len = static_cast<int>(g.query_len);
+  add_index_common(in, a.index, c, g, T);
+  add_attention_common(in, a.attention, c, g, T, false);
+  c->ints.push_back(
+      {"index.query_len", [&a](int64_t v) { a.index.query_len = static_cast<int>(v); }});
+  c->ints.push_back(
+      {"attention.query_len", [&a](int64_t v) { a.attention.query_len = static_cast<int>(v); }});
+  c->link = [&a](Input& link_in) {
+    a.attention.topk = a.index.topk_out;
+    a.attention.seq_lens = a.index.seq_lens;
+    a.attention.error_flags = a.index.error_flags;
+    if (link_in.rare(8)) {
+      TensorView* broken[] = {&a.attention.topk, &a.attention.seq_lens, &a.attention.error_flags};
+      TensorView& v = *broken[link_in.byte() % 3];
+      v.data = v.data == nullptr ? a.index.index_q.data : nullptr;
+    }
+  };
   bind(c, &a);
 }
 
@@ -773,7 +812,7 @@ void run_one(const uint8_t* data, size_t size) {
   Call call;
   static void (*const kBuilders[])(Input&, AllArgs&, Call*) = {
       build_page16, build_index_decode, build_index_prefill, build_attn_decode, build_attn_prefill,
-      build_dense,  build_metadata,     build_fused,         build_rope};
+      build_dense,  build_metadata,     build_fused,         build_rope,        build_decode_step};
   const size_t op = in.byte() % (sizeof(kBuilders) / sizeof(kBuilders[0]));
   kBuilders[op](in, all, &call);
   mutate(in, &call);
@@ -804,6 +843,7 @@ void run_one(const uint8_t* data, size_t size) {
   for (size_t i = 0; i < call.fields.size(); ++i) {
     if (buffer_of[i] >= 0) fill(in, call.fields[i], buffers[static_cast<size_t>(buffer_of[i])]);
   }
+  if (call.link) call.link(in);
   const int threads = in.pick({1, 2, 3});
   const int workspace_variant = in.pick({0, 0, 0, 1, 2});
   const bool rerun = in.rare(4);

@@ -5,6 +5,7 @@
 // describe one step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -151,6 +152,55 @@ TEST(DecodeStepBadInput, HalvesMustDescribeOneStep) {
     SparseDecodeStepArgs a = step::step_args(*b);
     a.index.topk_out.shape[1] = 1;  // the index half itself is invalid
     expect_invalid(a, "topk_out");
+  }
+}
+
+// A bad value in either half is the step's error (docs/api.md, values inside tensors): on the CPU
+// the step returns kOutOfRange and writes nothing but the error bit (not even the top-k of an
+// index half that had nothing wrong); on CUDA the kernels skip the bad item and set the bit.
+TEST(DecodeStepBadInput, BadValuesAreFlaggedWithoutPartialOutputs) {
+  MSA_REQUIRE_TEST_DEVICE();
+  StepSpec spec;
+  spec.seq_lens = {300, 200};  // request 0 at position 299: blocks 0-2, its own block 2
+  struct BadCase {
+    const char* what;
+    int32_t bit;
+    void (*spoil)(step::StepBatch&);
+  };
+  const BadCase cases[] = {
+      {"attention block_table", kDeviceErrorBlockId,
+       [](step::StepBatch& b) {
+         b.attn_table.set({0, 2}, 1 << 20);  // the own block, which every row selects
+         b.attn_table.upload();
+       }},
+      {"index block_table", kDeviceErrorBlockId,
+       [](step::StepBatch& b) {
+         b.index_table.set({0, 0}, 1 << 20);  // a scored block
+         b.index_table.upload();
+       }},
+      {"seq_lens", kDeviceErrorSeqLen,
+       [](step::StepBatch& b) {
+         b.seq_lens.set_flat(1, static_cast<double>(b.max_blocks * 128 + 1));
+         b.seq_lens.upload();
+       }},
+  };
+  for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    auto b = step::make_step_batch(spec, test_device());
+    c.spoil(*b);
+    const Status ran = attn::run_op(step::step_args(*b), b->device, Stream{nullptr, 2});
+    for (TestTensor* t : {&b->topk, &b->out, &b->lse, &b->flags}) t->download();
+    EXPECT_EQ(static_cast<int32_t>(b->flags.get_flat(0)), c.bit);
+    if (b->device.is_cpu()) {
+      EXPECT_EQ(ran.code(), StatusCode::kOutOfRange) << ran.to_string();
+      for (const TestTensor* t : {&b->topk, &b->out, &b->lse}) {
+        EXPECT_TRUE(std::all_of(t->host_bytes().begin(), t->host_bytes().end(), [](uint8_t v) {
+          return v == 0xFF;
+        })) << "an output was written";
+      }
+    } else {
+      EXPECT_TRUE(ran.ok()) << ran.to_string();
+    }
   }
 }
 
