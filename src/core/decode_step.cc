@@ -12,9 +12,12 @@ namespace {
 
 using detail::invalid;
 
-// Whether two views are the same tensor: data, dtype, device, shape and strides.
+// Whether two views are the same tensor: data, dtype, device, shape and strides; or both absent
+// (an optional tensor given to neither half, whatever its unused fields hold).
 bool same_view(const TensorView& a, const TensorView& b) {
-  if (a.data != b.data || a.dtype != b.dtype || a.device != b.device || a.ndim != b.ndim) {
+  if (a.data == nullptr && b.data == nullptr) return true;
+  if (a.data != b.data || a.dtype != b.dtype || a.device != b.device || a.ndim != b.ndim ||
+      a.ndim < 0 || a.ndim > kMaxDims) {
     return false;
   }
   for (int d = 0; d < a.ndim; ++d) {

@@ -145,6 +145,20 @@ TEST(DecodeStepBadInput, HalvesMustDescribeOneStep) {
   }
   {
     SparseDecodeStepArgs a = step::step_args(*b);
+    a.attention.error_flags.ndim = kMaxDims + 1;  // the attention half's own check names it
+    expect_invalid(a, "error_flags");
+  }
+  {
+    // error_flags given to neither half: the same (absent) view whatever its unused fields hold
+    SparseDecodeStepArgs a = step::step_args(*b);
+    a.index.error_flags = TensorView{};
+    a.attention.error_flags = TensorView{};
+    a.index.error_flags.ndim = kMaxDims + 1;
+    a.attention.error_flags.ndim = kMaxDims + 1;
+    EXPECT_TRUE(check(a).ok()) << check(a).to_string();
+  }
+  {
+    SparseDecodeStepArgs a = step::step_args(*b);
     a.attention.batch_invariant = true;
     expect_invalid(a, "attention.batch_invariant");
   }
