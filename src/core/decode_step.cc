@@ -17,7 +17,7 @@ using detail::invalid;
 bool same_view(const TensorView& a, const TensorView& b) {
   if (a.data == nullptr && b.data == nullptr) return true;
   if (a.data != b.data || a.dtype != b.dtype || a.device != b.device || a.ndim != b.ndim ||
-      a.ndim < 0 || a.ndim > kMaxDims) {
+      !a.valid_rank()) {
     return false;
   }
   for (int d = 0; d < a.ndim; ++d) {
