@@ -3,10 +3,8 @@
 // The CPU ops validate every value before writing anything (docs/api.md), and so does the step:
 // the index half writes its top-k rows into the workspace, the attention half reads them there,
 // and they reach topk_out only after the attention half has run. A bad value in the attention
-// half (a page of its own block table) then leaves topk_out as it was, as a bad value in the
-// index half leaves out and lse.
-#include <cstring>
-
+// half (a page of its own block table) then leaves topk_out as it was, just as a bad value in
+// the index half leaves out and lse as they were.
 #include "core/backends.h"
 #include "core/decode_step_chain.h"
 #include "core/validate.h"
@@ -27,8 +25,9 @@ Status topk_stage(const SparseDecodeStepArgs& args, TopkStage* s) {
   s->width = out.shape[2];
   MSA_RETURN_IF_ERROR(detail::checked_mul(args.index.seq_lens.shape[0], args.index.query_len,
                                           "index.seq_lens rows", &s->rows));
-  int64_t elems = 0;
-  MSA_RETURN_IF_ERROR(detail::checked_mul(s->heads * s->width, s->rows, "index.topk_out", &elems));
+  int64_t row_elems = 0, elems = 0;
+  MSA_RETURN_IF_ERROR(detail::checked_mul(s->heads, s->width, "index.topk_out", &row_elems));
+  MSA_RETURN_IF_ERROR(detail::checked_mul(row_elems, s->rows, "index.topk_out", &elems));
   int64_t bytes = 0;
   MSA_RETURN_IF_ERROR(detail::checked_mul(elems, 4, "index.topk_out bytes", &bytes));
   s->bytes = detail::align_up(static_cast<size_t>(bytes));
