@@ -36,23 +36,27 @@ Status topk_stage(const SparseDecodeStepArgs& args, TopkStage* s) {
 
 const detail::DecodeStepOps kOps = {&workspace_size, &workspace_size, &run, &run};
 
+// The workspace: the staged top-k rows, then the buffer the two ops share.
+Status workspace_layout(const SparseDecodeStepArgs& args, TopkStage* stage, size_t* bytes) {
+  MSA_RETURN_IF_ERROR(topk_stage(args, stage));
+  size_t ops = 0;
+  MSA_RETURN_IF_ERROR(detail::chain_workspace_size(kOps, args, &ops));
+  *bytes = stage->bytes + ops;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status workspace_size(const SparseDecodeStepArgs& args, size_t* bytes) {
   TopkStage stage;
-  MSA_RETURN_IF_ERROR(topk_stage(args, &stage));
-  size_t ops = 0;
-  MSA_RETURN_IF_ERROR(detail::chain_workspace_size(kOps, args, &ops));
-  *bytes = stage.bytes + ops;
-  return Status::Ok();
+  return workspace_layout(args, &stage, bytes);
 }
 
 Status run(const SparseDecodeStepArgs& args, Workspace workspace, Stream stream) {
   TopkStage stage;
-  MSA_RETURN_IF_ERROR(topk_stage(args, &stage));
-  size_t ops = 0;
-  MSA_RETURN_IF_ERROR(detail::chain_workspace_size(kOps, args, &ops));
-  MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, stage.bytes + ops));
+  size_t needed = 0;
+  MSA_RETURN_IF_ERROR(workspace_layout(args, &stage, &needed));
+  MSA_RETURN_IF_ERROR(detail::check_workspace(workspace, needed));
   char* base = static_cast<char*>(workspace.data);
   const TensorView staged = make_tensor(base, DType::kI32, {stage.heads, stage.rows, stage.width});
   SparseDecodeStepArgs a = args;
